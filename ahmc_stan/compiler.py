@@ -1,0 +1,300 @@
+"""Compile a Stan program into a shared library that exports the BridgeStan C API.
+
+The toolchain is the one the ``httpstan`` wheel ships (``stanc``, the Stan, Stan Math,
+Eigen, Boost, Sundials and TBB headers and libraries), so nothing is downloaded.  A build
+has three parts:
+
+1. once per toolchain: a precompiled header of the Stan headers and the object file of our
+   C layer (``csrc/ahmc_bridge.cpp``), both in ``<cache>/toolchain-<key>``;
+2. per model: ``stanc`` → C++ → one object file compiled against the precompiled header;
+3. a link of the two objects into ``model.so`` in ``<cache>/models/<name>-<key>``.
+
+Cache keys cover everything that changes the output: the Stan code and every file it
+``#include``s, the stanc and g++ versions, the flags and our C layer's source.  Builds run
+in a temporary directory and are renamed into place under a file lock, so concurrent
+builds of one model neither corrupt the cache nor duplicate work; an entry without a
+valid completion record is rebuilt, never loaded.
+
+If the environment variable ``BRIDGESTAN`` names a BridgeStan source tree, models are
+built with ``bridgestan.compile_model`` instead (our sampler entry points are then
+absent and samplers fall back to the slower BridgeStan calls).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+
+__all__ = ["StanCompileError", "CompileError", "compile_model", "cache_dir", "toolchain"]
+
+#: Bumped whenever the build recipe changes in a way the hashed inputs do not show.
+RECIPE_VERSION = "1"
+
+_CSRC = Path(__file__).parent / "csrc"
+_PCH_HEADER = "stan_pch.hpp"
+_BRIDGE_SOURCE = "ahmc_bridge.cpp"
+_COMPLETE = "COMPLETE.json"
+
+_CXXFLAGS = [
+    "-std=c++17",
+    "-O3",
+    "-fPIC",
+    "-DSTAN_THREADS",
+    "-D_REENTRANT",
+    "-DBOOST_DISABLE_ASSERTS",
+    "-DBOOST_PHOENIX_NO_VARIADIC_EXPRESSION",
+    "-DSTAN_MODEL_FVAR_VAR",
+    # httpstan's libtbb is built on manylinux2014 with the old C++ ABI.
+    "-D_GLIBCXX_USE_CXX11_ABI=0",
+    "-Wno-ignored-attributes",
+    "-Wno-deprecated-declarations",
+    "-Winvalid-pch",
+]
+
+
+class StanCompileError(ValueError):
+    """stanc rejected the Stan program; the message is stanc's, naming the file."""
+
+    def __init__(self, stan_file: Path, message: str):
+        self.stan_file = Path(stan_file)
+        self.stanc_message = message
+        super().__init__(f"stanc could not compile {stan_file}:\n{message}")
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler or linker failed; ``log_path`` holds the full build log."""
+
+    def __init__(self, what: str, log_path: Path, tail: str):
+        self.log_path = Path(log_path)
+        super().__init__(f"{what} failed; full log: {log_path}\n{tail}")
+
+
+def cache_dir() -> Path:
+    """Where compiled models live: ``$AHMC_STAN_CACHE``, else the user cache directory."""
+    env = os.environ.get("AHMC_STAN_CACHE")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ahmc-stan"))
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The httpstan toolchain and compiler, with a key that identifies the combination."""
+
+    httpstan_dir: Path
+    stanc: Path
+    stanc_version: str
+    cxx: str
+    cxx_version: str
+    cxxflags: tuple[str, ...]
+    key: str
+
+    @property
+    def include_dir(self) -> Path:
+        return self.httpstan_dir / "include"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.httpstan_dir / "lib"
+
+
+def _sha256(*parts: bytes | str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode() if isinstance(part, str) else part)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain() -> Toolchain:
+    """Locate stanc and the Stan headers in the installed httpstan package."""
+    import httpstan
+
+    httpstan_dir = Path(httpstan.__file__).parent
+    stanc = httpstan_dir / "stanc"
+    stanc_version = subprocess.run(
+        [str(stanc), "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cxx = os.environ.get("CXX", "g++")
+    cxx_version = subprocess.run(
+        [cxx, "--version"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[0]
+    flags = tuple(_CXXFLAGS)
+    sources = b"".join((_CSRC / f).read_bytes() for f in (_PCH_HEADER, _BRIDGE_SOURCE))
+    key = _sha256(
+        RECIPE_VERSION, str(httpstan_dir), getattr(httpstan, "__version__", "?"),
+        stanc_version, cxx, cxx_version, " ".join(flags), sources,
+    )[:16]
+    return Toolchain(httpstan_dir, stanc, stanc_version, cxx, cxx_version, flags, key)
+
+
+def _run(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
+    with open(log, "a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise CompileError(what, log, tail)
+
+
+def _read_complete(directory: Path) -> dict | None:
+    """The completion record of a cache entry, or None if the entry is partial or corrupt."""
+    try:
+        record = json.loads((directory / _COMPLETE).read_text())
+        for name, size in record["files"].items():
+            if (directory / name).stat().st_size != size:
+                return None
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _build_cached(final: Path, build) -> Path:
+    """Return ``final`` if it holds a complete entry; otherwise build it exactly once.
+
+    ``build(tmpdir)`` writes the entry's files into a fresh directory and returns the
+    names of the files whose sizes the completion record checks.
+    """
+    if _read_complete(final) is not None:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(final) + ".lock"):
+        if _read_complete(final) is not None:  # another process built it meanwhile
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
+        try:
+            names = build(tmp)
+            record = {
+                "files": {n: (tmp / n).stat().st_size for n in names},
+                "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+            (tmp / _COMPLETE).write_text(json.dumps(record, indent=1))
+            if final.exists():  # a partial or corrupt entry
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _toolchain_dir(tc: Toolchain) -> Path:
+    """The precompiled Stan headers and our C layer's object file, built once."""
+
+    def build(tmp: Path) -> list[str]:
+        log = tmp / "build.log"
+        shutil.copy(_CSRC / _PCH_HEADER, tmp / _PCH_HEADER)
+        common = [tc.cxx, *tc.cxxflags, f"-I{tmp}", f"-I{tc.include_dir}"]
+        _run([*common, "-x", "c++-header", _PCH_HEADER, "-o", _PCH_HEADER + ".gch"],
+             log, "precompiling the Stan headers", cwd=tmp)
+        info = f'-DAHMC_BUILD_INFO="{tc.cxx_version}; {" ".join(tc.cxxflags)}"'
+        _run([*common, "-include", _PCH_HEADER, info, "-c",
+              str(_CSRC / _BRIDGE_SOURCE), "-o", "ahmc_bridge.o"],
+             log, "compiling the ahmc-stan C layer", cwd=tmp)
+        return [_PCH_HEADER + ".gch", "ahmc_bridge.o"]
+
+    return _build_cached(cache_dir() / f"toolchain-{tc.key}", build)
+
+
+_INCLUDE = re.compile(r'^\s*#include\s+[<"]?([^>"\s]+)[>"]?', re.MULTILINE)
+
+
+def _stan_sources(stan_file: Path, include_paths: list[Path]) -> list[tuple[str, bytes]]:
+    """The Stan file and, recursively, every file it ``#include``s that can be found."""
+    seen: dict[Path, bytes] = {}
+    stack = [stan_file]
+    while stack:
+        path = stack.pop().resolve()
+        if path in seen:
+            continue
+        code = path.read_bytes()
+        seen[path] = code
+        for name in _INCLUDE.findall(code.decode(errors="replace")):
+            for base in [path.parent, *include_paths]:
+                candidate = base / name
+                if candidate.is_file():
+                    stack.append(candidate)
+                    break
+    return [(str(p), c) for p, c in seen.items()]
+
+
+def _model_name(stan_file: Path) -> str:
+    name = re.sub(r"\W", "_", stan_file.stem)
+    if not name or name[0].isdigit():
+        name = "m_" + name
+    return name + "_model"
+
+
+def run_stanc(stan_file: Path, out_cpp: Path, include_paths: list[Path],
+              stanc_args: list[str] = ()) -> str:
+    """Translate Stan to C++; returns stanc's warnings, raises StanCompileError."""
+    tc = toolchain()
+    cmd = [str(tc.stanc), "--name", _model_name(stan_file), "--o", str(out_cpp),
+           *(f"--include-paths={p}" for p in include_paths), *stanc_args, str(stan_file)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StanCompileError(stan_file, (proc.stderr + proc.stdout).strip())
+    return proc.stderr.strip()
+
+
+def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
+                  include_paths: list[str | os.PathLike] = (), verbose: bool = False) -> Path:
+    """Return the path of the shared library for ``stan_file``, building it if needed."""
+    stan_file = Path(stan_file).resolve()
+    if not stan_file.is_file():
+        raise FileNotFoundError(f"no Stan file at {stan_file}")
+    if os.environ.get("BRIDGESTAN"):
+        import bridgestan
+
+        bridgestan.set_bridgestan_path(os.environ["BRIDGESTAN"])
+        return Path(bridgestan.compile_model(stan_file, stanc_args=list(stanc_args),
+                                             make_args=["STAN_THREADS=true"]))
+    tc = toolchain()
+    includes = [Path(p).resolve() for p in include_paths]
+    sources = _stan_sources(stan_file, includes)
+    key = _sha256(tc.key, " ".join(stanc_args), *(c for _, c in sorted(sources)))[:16]
+    final = cache_dir() / "models" / f"{stan_file.stem}-{key}"
+    if _read_complete(final) is not None:
+        return final / "model.so"
+
+    # Syntax errors surface before any toolchain work, with stanc's own message.
+    with tempfile.TemporaryDirectory() as tmp:
+        run_stanc(stan_file, Path(tmp) / "check.cpp", [stan_file.parent, *includes],
+                  list(stanc_args))
+    tc_dir = _toolchain_dir(tc)
+
+    def build(tmp: Path) -> list[str]:
+        start = time.perf_counter()
+        log = tmp / "build.log"
+        shutil.copy(stan_file, tmp / "model.stan")
+        warnings = run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
+                             list(stanc_args))
+        log.write_text(warnings + "\n" if warnings else "")
+        common = [tc.cxx, *tc.cxxflags, f"-I{tc_dir}", f"-I{tc.include_dir}"]
+        _run([*common, "-include", str(tc_dir / _PCH_HEADER), "-c", "model.cpp",
+              "-o", "model.o"], log, f"compiling the C++ of {stan_file.name}", cwd=tmp)
+        _run([tc.cxx, "-shared", "-o", "model.so", "model.o",
+              str(tc_dir / "ahmc_bridge.o"), f"-L{tc.lib_dir}", "-ltbb",
+              "-lsundials_cvodes", "-lsundials_idas", "-lsundials_kinsol",
+              "-lsundials_nvecserial", f"-Wl,-rpath,{tc.lib_dir}"],
+             log, f"linking {stan_file.name}", cwd=tmp)
+        (tmp / "model.o").unlink()
+        if verbose:
+            print(f"compiled {stan_file.name} in {time.perf_counter() - start:.1f} s")
+        return ["model.so"]
+
+    return _build_cached(final, build) / "model.so"

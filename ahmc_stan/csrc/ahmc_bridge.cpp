@@ -1,0 +1,507 @@
+// ahmc-stan's C layer over a stanc-generated Stan model.
+//
+// It exports the BridgeStan 2.9 C API (the functions and version symbols that the
+// `bridgestan` Python package looks up), written from BridgeStan's documented interface,
+// so that the unmodified `bridgestan.StanModel` loads a library built here.  Below the
+// BridgeStan section come ahmc-stan's own entry points for samplers (prefix `ahmc_`).
+//
+// The model itself lives in a separate translation unit (the stanc output), which defines
+// `new_model`; this file is compiled once per toolchain and linked against every model.
+//
+// Threads: Stan's autodiff tape is thread-local (STAN_THREADS).  Every function that uses
+// autodiff first calls `ensure_ad_tape()`, so it works when first called from any thread.
+// Errors: functions return 0 on success and non-zero on failure, with a message in
+// `*error_msg` (allocated with malloc, released by `bs_free_error_msg`) when asked for.
+
+#include <stan_pch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+// Defined in the model's translation unit by stanc.
+stan::model::model_base& new_model(stan::io::var_context& data_context,
+                                   unsigned int seed, std::ostream* msg_stream);
+
+#ifndef AHMC_BUILD_INFO
+#define AHMC_BUILD_INFO "unknown"
+#endif
+
+namespace {
+
+using stan::math::var;
+using vector_d = Eigen::VectorXd;
+template <typename T>
+using vector_t = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+
+// ---------------------------------------------------------------------------------------
+// Output of Stan `print` statements: std::cout unless a callback is installed.
+
+using print_callback_t = void (*)(const char*, size_t);
+
+class callback_buffer : public std::stringbuf {
+ public:
+  explicit callback_buffer(print_callback_t cb) : callback_(cb) {}
+
+ protected:
+  int sync() override {
+    std::string s = str();
+    if (!s.empty()) {
+      callback_(s.data(), s.size());
+      str("");
+    }
+    return 0;
+  }
+
+ private:
+  print_callback_t callback_;
+};
+
+std::mutex print_mutex;
+std::ostream* print_stream = &std::cout;
+std::unique_ptr<callback_buffer> print_buffer;
+std::unique_ptr<std::ostream> print_callback_stream;
+
+// ---------------------------------------------------------------------------------------
+
+void ensure_ad_tape() {
+  // Constructing a ChainableStack on a thread that has no tape gives it one; on a
+  // thread that already has one it does nothing.  Destroyed when the thread ends.
+  static thread_local stan::math::ChainableStack thread_tape;
+}
+
+void set_error(char** error_msg, const char* msg) {
+  if (error_msg) {
+    *error_msg = strdup(msg);
+  }
+}
+
+// Run `f`, turning any C++ exception into a non-zero return and an error message.
+template <typename F>
+int guarded(char** error_msg, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error_msg, e.what());
+  } catch (...) {
+    set_error(error_msg, "unknown C++ exception");
+  }
+  return -1;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += ',';
+    out += names[i];
+  }
+  return out;
+}
+
+std::string read_data_argument(const char* data) {
+  std::string text = data ? data : "";
+  const std::string suffix = ".json";
+  if (text.size() > suffix.size()
+      && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0
+      && text.find('{') == std::string::npos) {
+    std::ifstream in(text);
+    if (!in) {
+      throw std::invalid_argument("could not open data file " + text);
+    }
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+  }
+  return text;
+}
+
+// The log density for the four (propto, jacobian) combinations, for any scalar type.
+template <typename T>
+T log_prob(const stan::model::model_base& model, bool propto, bool jacobian,
+           vector_t<T>& x, std::ostream* msgs) {
+  if (propto) {
+    return jacobian ? model.log_prob_propto_jacobian(x, msgs)
+                    : model.log_prob_propto(x, msgs);
+  }
+  return jacobian ? model.log_prob_jacobian(x, msgs) : model.log_prob(x, msgs);
+}
+
+// Functor for Stan Math's higher-order autodiff (hessian, hessian_times_vector, ...).
+struct log_density_functor {
+  const stan::model::model_base& model;
+  bool propto;
+  bool jacobian;
+  std::ostream* msgs;
+
+  template <typename T>
+  T operator()(const vector_t<T>& x) const {
+    vector_t<T> y = x;
+    return log_prob(model, propto, jacobian, y, msgs);
+  }
+};
+
+}  // namespace
+
+// =======================================================================================
+// The BridgeStan 2.9 C API.
+
+struct bs_model {
+  stan::model::model_base* model;
+  std::string name;
+  std::string info;
+  std::string param_unc_names;
+  std::string param_names[2][2];  // [include_tp][include_gq]
+  int param_num[2][2];
+  int param_unc_num;
+
+  ~bs_model() { delete model; }
+};
+
+struct bs_rng {
+  stan::rng_t rng;
+  explicit bs_rng(unsigned int seed) : rng(stan::services::util::create_rng(seed, 0)) {}
+};
+
+extern "C" {
+
+int bs_major_version = 2;
+int bs_minor_version = 9;
+int bs_patch_version = 0;
+
+bs_model* bs_model_construct(const char* data, unsigned int seed, char** error_msg) {
+  bs_model* result = nullptr;
+  int rc = guarded(error_msg, [&] {
+    ensure_ad_tape();
+    std::string json = read_data_argument(data);
+    std::unique_ptr<stan::io::var_context> context;
+    if (json.find_first_not_of(" \t\r\n") == std::string::npos) {
+      context.reset(new stan::io::empty_var_context());
+    } else {
+      std::istringstream in(json);
+      context.reset(new stan::json::json_data(in));
+    }
+    std::unique_ptr<bs_model> m(new bs_model());
+    m->model = &new_model(*context, seed, print_stream);
+    m->name = m->model->model_name();
+    std::ostringstream info;
+    info << "ahmc-stan bridge (BridgeStan " << bs_major_version << '.'
+         << bs_minor_version << '.' << bs_patch_version << " C API)\n"
+         << "Stan " << stan::MAJOR_VERSION << '.' << stan::MINOR_VERSION << '.'
+         << stan::PATCH_VERSION << ", Stan Math " << STAN_MATH_MAJOR << '.'
+         << STAN_MATH_MINOR << '.' << STAN_MATH_PATCH << "\n"
+         << "build: " << AHMC_BUILD_INFO << "\n";
+    for (const auto& line : m->model->model_compile_info()) {
+      info << line << "\n";
+    }
+    m->info = info.str();
+    for (int tp = 0; tp < 2; ++tp) {
+      for (int gq = 0; gq < 2; ++gq) {
+        std::vector<std::string> names;
+        m->model->constrained_param_names(names, tp, gq);
+        m->param_names[tp][gq] = join(names);
+        m->param_num[tp][gq] = static_cast<int>(names.size());
+      }
+    }
+    std::vector<std::string> unc_names;
+    m->model->unconstrained_param_names(unc_names, false, false);
+    m->param_unc_names = join(unc_names);
+    m->param_unc_num = static_cast<int>(m->model->num_params_r());
+    result = m.release();
+  });
+  return rc == 0 ? result : nullptr;
+}
+
+void bs_model_destruct(bs_model* m) { delete m; }
+
+void bs_free_error_msg(char* error_msg) { free(error_msg); }
+
+const char* bs_name(const bs_model* m) { return m->name.c_str(); }
+
+const char* bs_model_info(const bs_model* m) { return m->info.c_str(); }
+
+const char* bs_param_names(const bs_model* m, bool include_tp, bool include_gq) {
+  return m->param_names[include_tp][include_gq].c_str();
+}
+
+const char* bs_param_unc_names(const bs_model* m) {
+  return m->param_unc_names.c_str();
+}
+
+int bs_param_num(const bs_model* m, bool include_tp, bool include_gq) {
+  return m->param_num[include_tp][include_gq];
+}
+
+int bs_param_unc_num(const bs_model* m) { return m->param_unc_num; }
+
+int bs_param_constrain(const bs_model* m, bool include_tp, bool include_gq,
+                       const double* theta_unc, double* theta, bs_rng* rng,
+                       char** error_msg) {
+  return guarded(error_msg, [&] {
+    if (include_gq && rng == nullptr) {
+      throw std::invalid_argument("an RNG is required to compute generated quantities");
+    }
+    static thread_local bs_rng unused_rng(0);
+    vector_d x = Eigen::Map<const vector_d>(theta_unc, m->param_unc_num);
+    vector_d out;
+    m->model->write_array(rng ? rng->rng : unused_rng.rng, x, out, include_tp,
+                          include_gq, print_stream);
+    std::copy(out.data(), out.data() + out.size(), theta);
+  });
+}
+
+int bs_param_unconstrain(const bs_model* m, const double* theta, double* theta_unc,
+                         char** error_msg) {
+  return guarded(error_msg, [&] {
+    vector_d x = Eigen::Map<const vector_d>(theta, m->param_num[0][0]);
+    vector_d out;
+    m->model->unconstrain_array(x, out, print_stream);
+    std::copy(out.data(), out.data() + out.size(), theta_unc);
+  });
+}
+
+int bs_param_unconstrain_json(const bs_model* m, const char* json, double* theta_unc,
+                              char** error_msg) {
+  return guarded(error_msg, [&] {
+    std::istringstream in(json ? json : "{}");
+    stan::json::json_data context(in);
+    vector_d out;
+    m->model->transform_inits(context, out, print_stream);
+    std::copy(out.data(), out.data() + out.size(), theta_unc);
+  });
+}
+
+int bs_param_initialize(const bs_model* m, const char* json, bs_rng* rng,
+                        double init_radius, int max_tries, bool jacobian,
+                        double* theta_unc, char** error_msg) {
+  return guarded(error_msg, [&] {
+    ensure_ad_tape();
+    if (rng == nullptr) {
+      throw std::invalid_argument("an RNG is required to initialize parameters");
+    }
+    std::string given = (json && *json) ? json : "{}";
+    std::istringstream in(given);
+    stan::json::json_data user_context(in);
+    std::string last_error = "log density or gradient not finite";
+    for (int attempt = 0; attempt < max_tries; ++attempt) {
+      stan::io::random_var_context random_context(*m->model, rng->rng, init_radius,
+                                                  init_radius <= 0);
+      stan::io::chained_var_context context(user_context, random_context);
+      vector_d x;
+      try {
+        m->model->transform_inits(context, x, print_stream);
+        stan::math::nested_rev_autodiff nested;
+        vector_t<var> xv = x.cast<var>();
+        var lp = log_prob(*m->model, true, jacobian, xv, print_stream);
+        lp.grad();
+        bool finite = std::isfinite(lp.val());
+        for (int i = 0; i < xv.size() && finite; ++i) {
+          finite = std::isfinite(xv(i).adj());
+        }
+        if (finite) {
+          std::copy(x.data(), x.data() + x.size(), theta_unc);
+          return;
+        }
+      } catch (const std::domain_error& e) {
+        last_error = e.what();
+      }
+    }
+    throw std::domain_error("no initial point with finite log density and gradient in "
+                            + std::to_string(max_tries) + " attempts (uniform("
+                            + std::to_string(-init_radius) + ", "
+                            + std::to_string(init_radius)
+                            + ") on the unconstrained scale); last problem: "
+                            + last_error);
+  });
+}
+
+int bs_log_density(const bs_model* m, bool propto, bool jacobian,
+                   const double* theta_unc, double* lp, char** error_msg) {
+  return guarded(error_msg, [&] {
+    if (propto) {
+      // Dropping constants needs autodiff types: with doubles Stan drops every term.
+      ensure_ad_tape();
+      stan::math::nested_rev_autodiff nested;
+      vector_t<var> x = Eigen::Map<const vector_d>(theta_unc, m->param_unc_num)
+                            .cast<var>();
+      *lp = log_prob(*m->model, propto, jacobian, x, print_stream).val();
+    } else {
+      vector_d x = Eigen::Map<const vector_d>(theta_unc, m->param_unc_num);
+      *lp = log_prob(*m->model, propto, jacobian, x, print_stream);
+    }
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// Log density and gradient by reverse-mode autodiff; throws what the model throws.
+double log_density_gradient(const bs_model* m, bool propto, bool jacobian,
+                            const double* theta_unc, double* grad) {
+  ensure_ad_tape();
+  stan::math::nested_rev_autodiff nested;
+  const int n = m->param_unc_num;
+  vector_t<var> x(n);
+  for (int i = 0; i < n; ++i) {
+    x.coeffRef(i) = theta_unc[i];
+  }
+  var lp = log_prob(*m->model, propto, jacobian, x, print_stream);
+  lp.grad();
+  for (int i = 0; i < n; ++i) {
+    grad[i] = x.coeff(i).adj();
+  }
+  return lp.val();
+}
+
+}  // namespace
+
+extern "C" {
+
+int bs_log_density_gradient(const bs_model* m, bool propto, bool jacobian,
+                            const double* theta_unc, double* val, double* grad,
+                            char** error_msg) {
+  return guarded(error_msg, [&] {
+    *val = log_density_gradient(m, propto, jacobian, theta_unc, grad);
+  });
+}
+
+int bs_log_density_hessian(const bs_model* m, bool propto, bool jacobian,
+                           const double* theta_unc, double* val, double* grad,
+                           double* hessian, char** error_msg) {
+  return guarded(error_msg, [&] {
+    ensure_ad_tape();
+    const int n = m->param_unc_num;
+    vector_d x = Eigen::Map<const vector_d>(theta_unc, n);
+    vector_d g;
+    Eigen::MatrixXd h;
+    double lp;
+    stan::math::hessian(log_density_functor{*m->model, propto, jacobian, print_stream},
+                        x, lp, g, h);
+    *val = lp;
+    std::copy(g.data(), g.data() + n, grad);
+    std::copy(h.data(), h.data() + h.size(), hessian);
+  });
+}
+
+int bs_log_density_hessian_vector_product(const bs_model* m, bool propto, bool jacobian,
+                                          const double* theta_unc, const double* vector,
+                                          double* val, double* hvp, char** error_msg) {
+  return guarded(error_msg, [&] {
+    ensure_ad_tape();
+    const int n = m->param_unc_num;
+    vector_d x = Eigen::Map<const vector_d>(theta_unc, n);
+    vector_d v = Eigen::Map<const vector_d>(vector, n);
+    vector_d hv;
+    double lp;
+    stan::math::hessian_times_vector(
+        log_density_functor{*m->model, propto, jacobian, print_stream}, x, v, lp, hv);
+    *val = lp;
+    std::copy(hv.data(), hv.data() + n, hvp);
+  });
+}
+
+bs_rng* bs_rng_construct(unsigned int seed, char** error_msg) {
+  bs_rng* result = nullptr;
+  guarded(error_msg, [&] { result = new bs_rng(seed); });
+  return result;
+}
+
+void bs_rng_destruct(bs_rng* rng) { delete rng; }
+
+int bs_set_print_callback(print_callback_t callback, char** error_msg) {
+  return guarded(error_msg, [&] {
+    std::lock_guard<std::mutex> lock(print_mutex);
+    if (callback == nullptr) {
+      print_stream = &std::cout;
+      return;
+    }
+    auto buffer = std::make_unique<callback_buffer>(callback);
+    auto stream = std::make_unique<std::ostream>(buffer.get());
+    stream->setf(std::ios::unitbuf);  // hand every write to the callback at once
+    print_stream = stream.get();
+    // The previous stream is kept alive by being swapped out only after the new one is
+    // installed; models constructed earlier hold no pointer to it (they get it per call).
+    print_callback_stream.swap(stream);
+    print_buffer.swap(buffer);
+  });
+}
+
+// =======================================================================================
+// ahmc-stan's entry points for samplers.  The Python side calls them through ctypes with
+// preallocated buffers; none allocates an error message.
+
+int ahmc_layer_version() { return 1; }
+
+// Log density and gradient with no error message: returns 0, or 1 when the model threw or
+// the result is not finite (the caller treats the point as having density zero).
+int ahmc_log_density_gradient(const bs_model* m, bool propto, bool jacobian,
+                              const double* theta_unc, double* lp, double* grad) {
+  try {
+    *lp = log_density_gradient(m, propto, jacobian, theta_unc, grad);
+  } catch (...) {
+    *lp = -std::numeric_limits<double>::infinity();
+    return 1;
+  }
+  if (!std::isfinite(*lp)) return 1;
+  for (int i = 0; i < m->param_unc_num; ++i) {
+    if (!std::isfinite(grad[i])) return 1;
+  }
+  return 0;
+}
+
+// Seconds per gradient evaluation measured inside the library (the bare C++ cost):
+// `n_reps` evaluations at `theta_unc`, timed with a steady clock.
+double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_reps) {
+  std::vector<double> grad(m->param_unc_num);
+  double lp = 0;
+  ahmc_log_density_gradient(m, true, true, theta_unc, &lp, grad.data());  // warm up
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < n_reps; ++r) {
+    ahmc_log_density_gradient(m, true, true, theta_unc, &lp, grad.data());
+  }
+  std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / n_reps;
+}
+
+// Leapfrog integration of Hamiltonian dynamics for H(x, p) = -log pi(x) + p' M^-1 p / 2
+// (Neal 2011, eq. 5.18-5.20): `n_steps` steps of size `eps` starting from (x, p) with
+// `grad`/`lp` the log density gradient and value at x.  All four are updated in place.
+// `metric` is 0 for the identity, 1 for a diagonal M^-1 given as a vector, 2 for a dense
+// M^-1 given row-major.  Returns the number of gradient evaluations made; stops early and
+// sets *lp = -inf when the log density or its gradient is not finite.
+int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
+                  const double* inv_metric, double* x, double* p, double* grad,
+                  double* lp) {
+  const int n = m->param_unc_num;
+  Eigen::Map<vector_d> xv(x, n), pv(p, n), gv(grad, n);
+  vector_d velocity(n);
+  for (int step = 0; step < n_steps; ++step) {
+    pv += 0.5 * eps * gv;
+    if (metric == 0) {
+      velocity = pv;
+    } else if (metric == 1) {
+      velocity = Eigen::Map<const vector_d>(inv_metric, n).cwiseProduct(pv);
+    } else {
+      velocity.noalias()
+          = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
+                                           Eigen::RowMajor>>(inv_metric, n, n)
+            * pv;
+    }
+    xv += eps * velocity;
+    if (ahmc_log_density_gradient(m, true, true, x, lp, grad) != 0) {
+      *lp = -std::numeric_limits<double>::infinity();
+      return step + 1;
+    }
+    pv += 0.5 * eps * gv;
+  }
+  return n_steps;
+}
+
+}  // extern "C"

@@ -1,0 +1,281 @@
+"""A Stan model with data: log density, derivatives and parameter transforms.
+
+``StanModel`` compiles (or loads from the cache) the model's shared library, which exports
+the BridgeStan C API, and loads it with the unmodified ``bridgestan.StanModel``.  Samplers
+use :class:`DensityKernel` (``model.kernel``), a lower-overhead path through ahmc-stan's own
+entry points in the same library.
+
+Errors.  Constructing with missing or mis-shaped data raises ``ValueError`` carrying
+Stan's message, which names the variable.  The user-facing density methods
+(``log_density``, ``log_density_gradient``, ``log_density_hessian``, ``log_density_hvp``)
+raise :class:`DensityError` with Stan's message where the model throws (a ``reject``
+statement, an argument outside a distribution's support).  The sampler path
+(``model.kernel``) never raises for that: such a point has log density ``-inf`` and a
+proposal there is rejected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .compiler import compile_model
+
+__all__ = ["StanModel", "DensityError", "DensityKernel"]
+
+DataArg = Mapping[str, Any] | str | os.PathLike | None
+
+
+class DensityError(RuntimeError):
+    """The Stan model threw while evaluating the log density (Stan's message inside)."""
+
+
+def _data_json(data: DataArg) -> str:
+    """Stan JSON text for ``data``: a dict, a path to a JSON file, or JSON text."""
+    if data is None:
+        return ""
+    if isinstance(data, Mapping):
+        import stanio
+
+        return stanio.dump_stan_json(dict(data))
+    text = os.fspath(data)
+    if text.lstrip().startswith("{"):
+        json.loads(text)  # a clear error for malformed JSON text
+        return text
+    path = Path(text)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    return path.read_text()
+
+
+def _names(joined: list[str]) -> list[str]:
+    return [] if joined == [""] else joined
+
+
+class StanModel:
+    """A compiled Stan program conditioned on data.
+
+    Parameters
+    ----------
+    stan_file : path to the ``.stan`` program.
+    data : dict, path to a JSON data file, or JSON text (Stan's JSON conventions).
+    seed : seed of the RNG used by the ``transformed data`` block.
+    stanc_args, include_paths : passed to stanc (part of the cache key).
+    """
+
+    def __init__(self, stan_file: str | os.PathLike, data: DataArg = None, *,
+                 seed: int = 1234, stanc_args: list[str] = (),
+                 include_paths: list[str | os.PathLike] = ()):
+        import bridgestan
+
+        self.stan_file = Path(stan_file).resolve()
+        self.data_json = _data_json(data)
+        self.lib_path = compile_model(self.stan_file, stanc_args=stanc_args,
+                                      include_paths=include_paths)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # re-loading one library for other data
+            try:
+                self.bridge = bridgestan.StanModel(str(self.lib_path), self.data_json,
+                                                   seed=seed, warn=False)
+            except RuntimeError as err:
+                raise ValueError(f"data for {self.stan_file.name}: {err}") from None
+        self.name = self.bridge.name()
+        self.dims = self.bridge.param_unc_num()
+        self.kernel = DensityKernel(self)
+
+    @property
+    def data(self) -> dict:
+        """The data as a dict (parsed from the Stan JSON)."""
+        return json.loads(self.data_json) if self.data_json.strip() else {}
+
+    def __repr__(self) -> str:
+        return f"StanModel({str(self.stan_file)!r}, dims={self.dims})"
+
+    # ---- names and transforms -------------------------------------------------------
+
+    def param_names(self, *, include_tp: bool = False, include_gq: bool = False) -> list[str]:
+        """Constrained names (``a.1.2`` for ``a[1, 2]``), column-major as in Stan."""
+        return _names(self.bridge.param_names(include_tp=include_tp, include_gq=include_gq))
+
+    def param_unc_names(self) -> list[str]:
+        """Names of the unconstrained coordinates."""
+        return _names(self.bridge.param_unc_names())
+
+    def constrain(self, x: np.ndarray, *, include_tp: bool = False,
+                  include_gq: bool = False, rng: np.random.Generator | int | None = None
+                  ) -> np.ndarray:
+        """Constrained values of the unconstrained point ``x``; a 2-d ``x`` maps row by row.
+
+        Generated quantities need ``rng`` (a numpy Generator or an int seed).
+        """
+        x = np.asarray(x, dtype=float)
+        stan_rng = None
+        if include_gq:
+            if rng is None:
+                raise ValueError("generated quantities need an rng (Generator or seed)")
+            seed = rng if isinstance(rng, (int, np.integer)) else rng.integers(2**31)
+            stan_rng = self.bridge.new_rng(int(seed))
+        call = lambda row: self._call(self.bridge.param_constrain, np.ascontiguousarray(row),
+                                      include_tp=include_tp, include_gq=include_gq,
+                                      rng=stan_rng)
+        return call(x) if x.ndim == 1 else np.array([call(row) for row in x])
+
+    def unconstrain(self, theta: np.ndarray | Mapping[str, Any]) -> np.ndarray:
+        """Unconstrained point from constrained values: a flat array in ``param_names()``
+        order, or a dict of Stan variables."""
+        if isinstance(theta, Mapping):
+            import stanio
+
+            return self._call(self.bridge.param_unconstrain_json,
+                              stanio.dump_stan_json(dict(theta)))
+        return self._call(self.bridge.param_unconstrain,
+                          np.ascontiguousarray(theta, dtype=float))
+
+    def initial_point(self, rng: np.random.Generator, init: Mapping[str, Any] | None = None,
+                      *, radius: float = 2.0, max_tries: int = 100) -> np.ndarray:
+        """Stan's initialisation: values not in ``init`` are uniform(-radius, radius) on the
+        unconstrained scale, redrawn until log density and gradient are finite."""
+        import stanio
+
+        stan_rng = self.bridge.new_rng(int(rng.integers(2**31)))
+        theta = stanio.dump_stan_json(dict(init)) if init else None
+        try:
+            return self.bridge.param_initialize(stan_rng, theta, init_radius=radius,
+                                                max_tries=max_tries)
+        except RuntimeError as err:
+            raise RuntimeError(f"{self.stan_file.name}: {err}") from None
+
+    # ---- log density and derivatives -------------------------------------------------
+
+    def _call(self, method, *args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except RuntimeError as err:
+            raise DensityError(str(err)) from None
+
+    def _point(self, x) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=float)
+        if x.shape != (self.dims,):
+            raise ValueError(f"expected an unconstrained point of shape ({self.dims},), "
+                             f"got {x.shape}")
+        return x
+
+    def log_density(self, x, *, propto: bool = True, jacobian: bool = True) -> float:
+        """log p(x) on the unconstrained scale; ``propto`` drops constants, ``jacobian``
+        adds the log absolute Jacobian of the constraining transform."""
+        return self._call(self.bridge.log_density, self._point(x), propto=propto,
+                          jacobian=jacobian)
+
+    def log_density_gradient(self, x, *, propto: bool = True, jacobian: bool = True
+                             ) -> tuple[float, np.ndarray]:
+        """(log density, gradient) by reverse-mode automatic differentiation."""
+        return self._call(self.bridge.log_density_gradient, self._point(x),
+                          propto=propto, jacobian=jacobian)
+
+    def log_density_hessian(self, x, *, propto: bool = True, jacobian: bool = True
+                            ) -> tuple[float, np.ndarray, np.ndarray]:
+        """(log density, gradient, Hessian) by forward-over-reverse autodiff."""
+        return self._call(self.bridge.log_density_hessian, self._point(x),
+                          propto=propto, jacobian=jacobian)
+
+    def log_density_hvp(self, x, v, *, propto: bool = True, jacobian: bool = True
+                        ) -> tuple[float, np.ndarray]:
+        """(log density, Hessian @ v) by forward-over-reverse autodiff, O(cost of a gradient)."""
+        return self._call(self.bridge.log_density_hessian_vector_product, self._point(x),
+                          self._point(v), propto=propto, jacobian=jacobian)
+
+
+_ptr = ctypes.c_void_p
+
+
+class DensityKernel:
+    """The samplers' path to a model's density: ctypes calls with preallocated buffers into
+    ahmc-stan's entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``).
+
+    Log density and gradient include the Jacobian and drop constants.  A point where the
+    model throws or the result is not finite has log density ``-inf``.
+    """
+
+    def __init__(self, model: StanModel):
+        self.dims = model.dims
+        self._model = model  # keeps the library and the C model alive
+        lib, handle = model.bridge.stanlib, model.bridge.model
+        self.native = hasattr(lib, "ahmc_log_density_gradient")
+        self._lp = ctypes.c_double()
+        if not self.native:  # built by bridgestan.compile_model: no ahmc entry points
+            return
+        self._handle = handle
+        self._grad = lib.ahmc_log_density_gradient
+        self._grad.restype = ctypes.c_int
+        self._grad.argtypes = [_ptr, ctypes.c_bool, ctypes.c_bool, _ptr, _ptr, _ptr]
+        self._leapfrog = lib.ahmc_leapfrog
+        self._leapfrog.restype = ctypes.c_int
+        self._leapfrog.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, ctypes.c_int,
+                                   _ptr, _ptr, _ptr, _ptr, _ptr]
+        self._seconds = lib.ahmc_gradient_seconds
+        self._seconds.restype = ctypes.c_double
+        self._seconds.argtypes = [_ptr, _ptr, ctypes.c_int]
+        self._lp_ptr = ctypes.addressof(self._lp)
+
+    def log_density_gradient(self, x: np.ndarray, grad_out: np.ndarray) -> float:
+        """Write the gradient at ``x`` into ``grad_out`` (both C-contiguous float64 of
+        length ``dims``) and return the log density (``-inf`` where not finite)."""
+        if not self.native:
+            try:
+                lp, _ = self._model.bridge.log_density_gradient(x, out=grad_out)
+            except RuntimeError:
+                return -np.inf
+            return lp if np.isfinite(lp) and np.all(np.isfinite(grad_out)) else -np.inf
+        if self._grad(self._handle, True, True, x.ctypes.data, self._lp_ptr,
+                      grad_out.ctypes.data):
+            return -np.inf
+        return self._lp.value
+
+    def leapfrog(self, n_steps: int, step_size: float, inv_metric: np.ndarray | None,
+                 x: np.ndarray, p: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, int]:
+        """``n_steps`` leapfrog steps from (x, p), updating ``x``, ``p`` and ``grad`` in
+        place; returns (log density at the end, gradient evaluations made).  The log
+        density is ``-inf`` if the trajectory met a point where it is not finite.
+
+        ``inv_metric`` is None (identity), a vector (diagonal) or a matrix (dense).
+        """
+        if inv_metric is None:
+            kind, metric_ptr = 0, None
+        else:
+            kind = 1 if inv_metric.ndim == 1 else 2
+            metric_ptr = inv_metric.ctypes.data
+        if not self.native:
+            return self._leapfrog_python(n_steps, step_size, inv_metric, x, p, grad)
+        self._lp.value = lp
+        n = self._leapfrog(self._handle, n_steps, step_size, kind, metric_ptr,
+                           x.ctypes.data, p.ctypes.data, grad.ctypes.data, self._lp_ptr)
+        return self._lp.value, n
+
+    def _leapfrog_python(self, n_steps, step_size, inv_metric, x, p, grad):
+        lp = -np.inf
+        for step in range(n_steps):
+            p += 0.5 * step_size * grad
+            if inv_metric is None:
+                x += step_size * p
+            elif inv_metric.ndim == 1:
+                x += step_size * inv_metric * p
+            else:
+                x += step_size * inv_metric @ p
+            lp = self.log_density_gradient(x, grad)
+            if not np.isfinite(lp):
+                return -np.inf, step + 1
+            p += 0.5 * step_size * grad
+        return lp, n_steps
+
+    def gradient_seconds(self, x: np.ndarray, n_reps: int = 10000) -> float:
+        """Seconds per gradient measured inside the C++ library (no Python overhead)."""
+        if not self.native:
+            raise RuntimeError("this library was not built by ahmc-stan")
+        x = np.ascontiguousarray(x, dtype=float)
+        return self._seconds(self._handle, x.ctypes.data, n_reps)

@@ -1,0 +1,48 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+STAN_MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+
+
+def stan_model_path(name: str) -> Path:
+    return STAN_MODELS / f"{name}.stan"
+
+
+@pytest.fixture(scope="session")
+def mvn_data():
+    """A 3-d Gaussian with a full covariance."""
+    a = np.array([[1.0, 0.3, -0.2], [0.0, 0.8, 0.5], [0.0, 0.0, 0.6]])
+    return {"D": 3, "mu": np.array([0.5, -1.0, 2.0]), "Sigma": a.T @ a + 0.1 * np.eye(3)}
+
+
+@pytest.fixture(scope="session")
+def mvn_model(mvn_data):
+    from ahmc_stan import StanModel
+
+    return StanModel(stan_model_path("mvn"), mvn_data)
+
+
+@pytest.fixture(scope="session")
+def constrained_model():
+    from ahmc_stan import StanModel
+
+    return StanModel(stan_model_path("constrained"), {"rate": 2.0})
+
+
+@pytest.fixture(scope="session")
+def logistic_data():
+    rng = np.random.default_rng(20261122)
+    n, k = 200, 5
+    X = rng.normal(size=(n, k))
+    beta = rng.normal(size=k)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.3 + X @ beta)))).astype(int)
+    return {"N": n, "K": k, "X": X, "y": y, "prior_sd": 10.0}
+
+
+@pytest.fixture(scope="session")
+def logistic_model(logistic_data):
+    from ahmc_stan import StanModel
+
+    return StanModel(stan_model_path("logistic"), logistic_data)
