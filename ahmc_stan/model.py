@@ -76,6 +76,7 @@ class StanModel:
 
         self.stan_file = Path(stan_file).resolve()
         self.data_json = _data_json(data)
+        self._init_args = (seed, list(stanc_args), [str(p) for p in include_paths])
         self.lib_path = compile_model(self.stan_file, stanc_args=stanc_args,
                                       include_paths=include_paths)
         with warnings.catch_warnings():
@@ -88,6 +89,13 @@ class StanModel:
         self.name = self.bridge.name()
         self.dims = self.bridge.param_unc_num()
         self.kernel = DensityKernel(self)
+
+    def __reduce__(self):
+        """Pickled as its constructor arguments: a worker process reloads the library
+        from the compile cache."""
+        seed, stanc_args, include_paths = self._init_args
+        return (_rebuild_model, (str(self.stan_file), self.data_json, seed, stanc_args,
+                                 include_paths))
 
     @property
     def data(self) -> dict:
@@ -191,6 +199,11 @@ class StanModel:
                           self._point(v), propto=propto, jacobian=jacobian)
 
 
+def _rebuild_model(stan_file, data_json, seed, stanc_args, include_paths) -> StanModel:
+    return StanModel(stan_file, data_json or None, seed=seed, stanc_args=stanc_args,
+                     include_paths=include_paths)
+
+
 _ptr = ctypes.c_void_p
 
 
@@ -218,6 +231,11 @@ class DensityKernel:
         self._leapfrog.restype = ctypes.c_int
         self._leapfrog.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                                    _ptr, _ptr, _ptr, _ptr, _ptr]
+        self._hmc_block = lib.ahmc_hmc_block
+        self._hmc_block.restype = None
+        self._hmc_block.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, _ptr, ctypes.c_int,
+                                    _ptr, _ptr, _ptr, ctypes.c_double, _ptr, _ptr, _ptr,
+                                    _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
         self._seconds = lib.ahmc_gradient_seconds
         self._seconds.restype = ctypes.c_double
         self._seconds.argtypes = [_ptr, _ptr, ctypes.c_int]
@@ -256,6 +274,34 @@ class DensityKernel:
         n = self._leapfrog(self._handle, n_steps, step_size, kind, metric_ptr,
                            x.ctypes.data, p.ctypes.data, grad.ctypes.data, self._lp_ptr)
         return self._lp.value, n
+
+    def hmc_block(self, step_size: float, n_steps: np.ndarray, inv_metric: np.ndarray | None,
+                  momenta: np.ndarray, log_u: np.ndarray, max_energy_error: float,
+                  x: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, dict]:
+        """``len(n_steps)`` HMC iterations in one C++ call (``ahmc_hmc_block``): the
+        momenta (rows, from N(0, M)) and log uniforms come from the caller.  Updates ``x``
+        and ``grad`` in place; returns (log density of the final state, per-iteration
+        arrays ``draws``, ``accept_prob``, ``accepted``, ``divergent``, ``energy``, ``lp``,
+        ``n_grad``)."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        n_iter = len(n_steps)
+        n_steps = np.ascontiguousarray(n_steps, dtype=np.intc)
+        momenta = np.ascontiguousarray(momenta, dtype=float)
+        log_u = np.ascontiguousarray(log_u, dtype=float)
+        out = {"draws": np.empty((n_iter, self.dims)), "accept_prob": np.empty(n_iter),
+               "accepted": np.empty(n_iter, np.intc), "divergent": np.empty(n_iter, np.intc),
+               "energy": np.empty(n_iter), "lp": np.empty(n_iter),
+               "n_grad": np.empty(n_iter, np.intc)}
+        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
+        self._lp.value = lp
+        self._hmc_block(self._handle, n_iter, step_size, n_steps.ctypes.data, kind,
+                        None if inv_metric is None else inv_metric.ctypes.data,
+                        momenta.ctypes.data, log_u.ctypes.data, max_energy_error,
+                        x.ctypes.data, grad.ctypes.data, self._lp_ptr,
+                        *(out[k].ctypes.data for k in ("draws", "accept_prob", "accepted",
+                                                        "divergent", "energy", "lp", "n_grad")))
+        return self._lp.value, out
 
     def _leapfrog_python(self, n_steps, step_size, inv_metric, x, p, grad):
         lp = -np.inf

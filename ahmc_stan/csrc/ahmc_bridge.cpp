@@ -147,6 +147,28 @@ struct log_density_functor {
   }
 };
 
+// out = M^-1 v for the inverse metric kinds of the sampler entry points: 0 identity,
+// 1 diagonal (a vector), 2 dense (row-major matrix).  `out` must not alias `v`.
+void apply_inv_metric(int metric, const double* inv_metric, const vector_d& v,
+                      vector_d& out) {
+  const Eigen::Index n = v.size();
+  if (metric == 0) {
+    out = v;
+  } else if (metric == 1) {
+    out = Eigen::Map<const vector_d>(inv_metric, n).cwiseProduct(v);
+  } else {
+    out.noalias() = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
+                                                   Eigen::RowMajor>>(inv_metric, n, n) * v;
+  }
+}
+
+// Kinetic energy p' M^-1 p / 2, using `work` as scratch space.
+double kinetic_energy(int metric, const double* inv_metric, const vector_d& p,
+                      vector_d& work) {
+  apply_inv_metric(metric, inv_metric, p, work);
+  return 0.5 * p.dot(work);
+}
+
 }  // namespace
 
 // =======================================================================================
@@ -480,20 +502,13 @@ int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
                   const double* inv_metric, double* x, double* p, double* grad,
                   double* lp) {
   const int n = m->param_unc_num;
-  Eigen::Map<vector_d> xv(x, n), pv(p, n), gv(grad, n);
-  vector_d velocity(n);
+  Eigen::Map<vector_d> xv(x, n), gv(grad, n);
+  Eigen::Map<vector_d> pv(p, n);
+  vector_d momentum(n), velocity(n);
   for (int step = 0; step < n_steps; ++step) {
     pv += 0.5 * eps * gv;
-    if (metric == 0) {
-      velocity = pv;
-    } else if (metric == 1) {
-      velocity = Eigen::Map<const vector_d>(inv_metric, n).cwiseProduct(pv);
-    } else {
-      velocity.noalias()
-          = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
-                                           Eigen::RowMajor>>(inv_metric, n, n)
-            * pv;
-    }
+    momentum = pv;
+    apply_inv_metric(metric, inv_metric, momentum, velocity);
     xv += eps * velocity;
     if (ahmc_log_density_gradient(m, true, true, x, lp, grad) != 0) {
       *lp = -std::numeric_limits<double>::infinity();
@@ -502,6 +517,47 @@ int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
     pv += 0.5 * eps * gv;
   }
   return n_steps;
+}
+
+// `n_iter` iterations of HMC (Neal 2011, section 5.3.2) with the number of leapfrog steps
+// of iteration i given by `n_steps[i]` (AHMC draws it from Uniform{1..L}, Wang et al.
+// 2013, section 2).  All randomness comes from the caller: `momenta` (n_iter x dims, drawn
+// from N(0, M)) and `log_u` (n_iter values of log Uniform(0, 1)).  The state (x, grad, lp)
+// is updated in place.  Per iteration it writes the state after the iteration to
+// `draws` (row i), the Metropolis acceptance probability min(1, exp(-dH)), whether the
+// proposal was accepted, whether it diverged (dH > `max_energy_error` or not finite), the
+// Hamiltonian and log density of the state kept, and the gradient evaluations made.
+void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_steps,
+                    int metric, const double* inv_metric, const double* momenta,
+                    const double* log_u, double max_energy_error, double* x, double* grad,
+                    double* lp, double* draws, double* accept_prob, int* accepted,
+                    int* divergent, double* energy, double* lp_out, int* n_grad) {
+  const int n = m->param_unc_num;
+  Eigen::Map<vector_d> xv(x, n), gv(grad, n);
+  vector_d x_new(n), p(n), g_new(n), work(n);
+  for (int i = 0; i < n_iter; ++i) {
+    p = Eigen::Map<const vector_d>(momenta + static_cast<size_t>(i) * n, n);
+    const double h0 = -*lp + kinetic_energy(metric, inv_metric, p, work);
+    x_new = xv;
+    g_new = gv;
+    double lp_new = *lp;
+    n_grad[i] = ahmc_leapfrog(m, n_steps[i], eps, metric, inv_metric, x_new.data(),
+                              p.data(), g_new.data(), &lp_new);
+    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
+    const double delta = h1 - h0;
+    const bool finite = std::isfinite(delta);
+    accept_prob[i] = finite ? std::min(1.0, std::exp(-delta)) : 0.0;
+    divergent[i] = !finite || delta > max_energy_error;
+    accepted[i] = finite && log_u[i] < -delta;
+    if (accepted[i]) {
+      xv = x_new;
+      gv = g_new;
+      *lp = lp_new;
+    }
+    energy[i] = accepted[i] ? h1 : h0;
+    lp_out[i] = *lp;
+    std::copy(x, x + n, draws + static_cast<size_t>(i) * n);
+  }
 }
 
 }  // extern "C"

@@ -1,0 +1,99 @@
+"""Hamiltonian Monte Carlo as a pure step ``(rng, state, params) -> (state, info)``.
+
+HMC with the leapfrog integrator and a Metropolis correction (Neal 2011, section 5.3.2),
+an identity, diagonal or dense inverse metric, and — as AHMC requires (Wang, Mohamed & de
+Freitas 2013, section 2) — the number of leapfrog steps drawn afresh each iteration,
+``L_r ~ Uniform{1..L}``, a mixture of kernels that each satisfy detailed balance.
+
+The iterations run in C++ (``ahmc_hmc_block`` in ``csrc/ahmc_bridge.cpp``, the one place
+the algorithm is written); this module draws all the randomness from a numpy Generator, so
+the same seed gives the same draws.  A non-finite log density or gradient anywhere on the
+trajectory rejects the proposal; an energy error above ``max_energy_error`` (1000, as
+Stan) marks the iteration divergent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .metric import InvMetric, draw_momenta
+from .model import DensityKernel
+
+__all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel"]
+
+
+@dataclass(frozen=True)
+class HMCState:
+    position: np.ndarray
+    logdensity: float
+    logdensity_grad: np.ndarray
+
+
+@dataclass(frozen=True)
+class HMCParameters:
+    """Step size ε, number of leapfrog steps L (the upper bound when ``jitter``) and the
+    inverse metric."""
+
+    step_size: float
+    num_steps: int
+    inv_metric: InvMetric = None
+    jitter: bool = True
+
+
+@dataclass(frozen=True)
+class HMCInfo:
+    """Per-iteration arrays of a block of iterations (length 1 for a single step)."""
+
+    positions: np.ndarray          # state after each iteration, one row each
+    acceptance_rate: np.ndarray    # min(1, exp(-ΔH))
+    is_accepted: np.ndarray
+    is_divergent: np.ndarray
+    num_steps: np.ndarray          # leapfrog steps L_r of the trajectory
+    num_grad: np.ndarray           # gradient evaluations made
+    energy: np.ndarray             # Hamiltonian of the state kept
+    logdensity: np.ndarray         # log density of the state kept
+
+
+class HMCKernel:
+    """HMC on a model's density (``model.kernel``)."""
+
+    max_energy_error = 1000.0
+
+    def __init__(self, density: DensityKernel):
+        self.density = density
+
+    def init(self, position: np.ndarray) -> HMCState:
+        position = np.array(position, dtype=float)
+        grad = np.empty_like(position)
+        lp = self.density.log_density_gradient(position, grad)
+        if not np.isfinite(lp):
+            raise ValueError("the initial point has a non-finite log density or gradient")
+        return HMCState(position, lp, grad)
+
+    def step(self, rng: np.random.Generator, state: HMCState, params: HMCParameters
+             ) -> tuple[HMCState, HMCInfo]:
+        """One HMC iteration."""
+        return self.run(rng, state, params, 1)
+
+    def run(self, rng: np.random.Generator, state: HMCState, params: HMCParameters,
+            n_iter: int) -> tuple[HMCState, HMCInfo]:
+        """``n_iter`` iterations at fixed parameters in one call into C++."""
+        dims = len(state.position)
+        momenta = draw_momenta(rng, params.inv_metric, n_iter, dims)
+        if params.jitter:
+            n_steps = rng.integers(1, params.num_steps, size=n_iter, endpoint=True)
+        else:
+            n_steps = np.full(n_iter, params.num_steps)
+        log_u = np.log(rng.uniform(size=n_iter))
+        x, grad = state.position.copy(), state.logdensity_grad.copy()
+        inv_metric = (None if params.inv_metric is None
+                      else np.ascontiguousarray(params.inv_metric, dtype=float))
+        lp, out = self.density.hmc_block(params.step_size, n_steps, inv_metric, momenta,
+                                         log_u, self.max_energy_error, x, grad,
+                                         state.logdensity)
+        info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+                       out["divergent"].astype(bool), n_steps, out["n_grad"],
+                       out["energy"], out["lp"])
+        return HMCState(x, lp, grad), info

@@ -1,0 +1,181 @@
+"""AHMC: HMC whose step size ε and number of leapfrog steps L are tuned by Bayesian
+optimisation (Wang, Mohamed & de Freitas 2013, section 3, Algorithm 2).
+
+One chain runs in two warmup phases and a sampling phase:
+
+1. **Scale** (skipped when ``metric="identity"`` and a ``box`` is given, the paper's
+   setting): HMC at a path length of about one unit with Stan's step-size dual averaging,
+   and — for ``metric="diag"`` or ``"dense"`` — Stan's windowed estimation of the inverse
+   metric.  Its end product is the metric and a reference step size ε*.  This phase takes
+   ``scale_fraction`` of warmup (default 1/2 with a metric to adapt, 1/5 otherwise).
+2. **Bayesian optimisation** over the box Γ of (ε, L) with the metric now fixed, so the
+   tuner never chases a moving target: blocks of ``m = B/k`` iterations at γ_i, each with
+   ``L_r ~ Uniform{1..L}``; the reward of a block is ``ESJD/sqrt(L)``, ESJD the mean
+   squared jump ``‖x_{t+1} − x_t‖²_M`` measured in the adapted metric's norm (plain
+   Euclidean with the identity metric, as in the paper), so that coordinates on large
+   scales do not drown the others.
+3. **Sampling**, by default with the paper's *infinite adaptation*: the tuner keeps running
+   with vanishing probability p_i of moving; ``adapt_during_sampling=False`` freezes it at
+   its current γ.
+
+Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] and L ∈ {1..L_max} with
+``L_max = clip(ceil(2π/ε*), 10, max_num_steps)``, so that the mean path ``εL/2`` can reach
+half a period (π) of a unit-scale Gaussian direction at the reference step size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..hmc import HMCKernel, HMCParameters
+from ..metric import squared_jumps
+from ..tuning import BayesOptTuner, Box, Dimension
+from ..tuning.step_size import DualAveraging, initial_step_size
+from ..tuning.windows import adaptation_windows, regularized_inv_metric
+from .chain import ChainRecorder, ChainResult
+
+__all__ = ["run_chain", "default_box", "esjd_reward"]
+
+
+def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
+    """Γ derived from the reference step size ε* (see the module docstring)."""
+    eps = reference_step_size
+    l_max = int(np.clip(math.ceil(2 * math.pi / eps), 10, max_num_steps))
+    return Box([Dimension("step_size", eps / 4, 1.5 * eps),
+                Dimension("num_steps", 1, l_max, integer=True)])
+
+
+def as_box(box) -> Box:
+    """A ``Box``, or ``((eps_low, eps_high), (L_low, L_high))``."""
+    if isinstance(box, Box):
+        return box
+    (e_lo, e_hi), (l_lo, l_hi) = box
+    return Box([Dimension("step_size", e_lo, e_hi),
+                Dimension("num_steps", l_lo, l_hi, integer=True)])
+
+
+def esjd_reward(previous: np.ndarray, positions: np.ndarray, num_steps: int,
+                inv_metric) -> float:
+    """``r = ESJD / sqrt(L)`` of a block (Wang et al. 2013, section 3.1): the mean squared
+    jump over the block's m transitions, the first from the state before the block."""
+    jumps = squared_jumps(np.vstack([previous, positions]), inv_metric)
+    return float(np.mean(jumps) / math.sqrt(num_steps))
+
+
+HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
+
+
+def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int) -> None:
+    rec.add(info.positions, accept_stat=info.acceptance_rate, n_grad=info.num_grad,
+            divergent=info.is_divergent, step_size=params.step_size,
+            num_steps_max=params.num_steps, num_steps=info.num_steps, energy=info.energy,
+            lp=info.logdensity, phase=phase)
+
+
+def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
+    """Phase 1: dual averaging of ε at a path length of ~1 and Stan's metric windows."""
+    dims = len(state.position)
+    inv_metric = None if metric == "identity" else (
+        np.ones(dims) if metric == "diag" else np.eye(dims))
+
+    def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
+        _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
+        return math.log(max(info.acceptance_rate[0], 1e-300))
+
+    eps = initial_step_size(log_accept) if n_iter else 1.0
+    averager = DualAveraging(eps)
+    windows = dict(adaptation_windows(n_iter)) if inv_metric is not None else {}
+    window_start = {end: start for start, end in windows.items()}
+    for it in range(n_iter):
+        n_steps = int(np.clip(round(2.0 / eps), 1, max_num_steps))
+        params = HMCParameters(eps, n_steps, inv_metric)
+        state, info = kernel.step(rng, state, params)
+        _record(rec, info, params, phase=0)
+        eps = averager.update(float(info.acceptance_rate[0]))
+        if it + 1 in window_start:
+            start = window_start[it + 1]
+            inv_metric = regularized_inv_metric(rec.positions_since(start),
+                                                dense=metric == "dense")
+            eps = initial_step_size(log_accept, averager.final)
+            averager.restart(eps)
+    return state, inv_metric, (averager.final if n_iter else None)
+
+
+def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
+              progress: Callable[[int], None], *, metric: str = "diag", box=None,
+              k: int = 100, block_size: int | None = None, alpha: float = 4.0,
+              kappa: float = 0.2, delta: float = 0.1, adapt_during_sampling: bool = True,
+              scale_fraction: float | None = None, max_num_steps: int = 1000,
+              maximizer: str = "grid", grid_points: int = 4000, grid_resolution: int = 64,
+              callback: Callable | None = None) -> ChainResult:
+    """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
+
+    ``k``, ``alpha``, ``kappa``, ``delta`` are the tuner's constants (paper: 100, 4, 0.2,
+    0.1); ``block_size`` is m (default ``B/k`` with B the Bayesian-optimisation part of
+    warmup); the acquisition is maximised over a grid of at most ``grid_points`` points
+    (``grid_resolution`` step sizes × the values of L) or by DIRECT (``maximizer="direct"``).
+    ``callback(recorder)`` runs after every block.
+    """
+    if metric not in ("identity", "diag", "dense"):
+        raise ValueError(f"metric must be 'identity', 'diag' or 'dense', not {metric!r}")
+    kernel = HMCKernel(model.kernel)
+    state = kernel.init(x0)
+    rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
+    if scale_fraction is None:
+        scale_fraction = 0.0 if (metric == "identity" and box is not None) else (
+            0.2 if metric == "identity" else 0.5)
+    n_scale = int(round(scale_fraction * warmup))
+    tuner = None
+    start = time.perf_counter()
+    try:
+        state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric, rec,
+                                                  max_num_steps)
+        progress(rec.n)
+        if box is None and eps_ref is None:
+            raise ValueError("with scale_fraction=0 a box must be given")
+        box = default_box(eps_ref, max_num_steps) if box is None else as_box(box)
+        initial = None
+        if eps_ref is not None:
+            initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
+                       "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
+                                                box.dims[1].high))}
+        tuner = BayesOptTuner(box, rng=rng, k=k, alpha=alpha, kappa=kappa, delta=delta,
+                              initial=initial, maximizer=maximizer,
+                              grid_points=grid_points, grid_resolution=grid_resolution)
+        m = block_size or max(1, (warmup - n_scale) // k)
+        while rec.n < warmup + draws:
+            in_warmup = rec.n < warmup
+            if not in_warmup and not adapt_during_sampling and not tuner.frozen:
+                tuner.freeze()
+                rec.mark_sampling_start(start)
+            elif not in_warmup and rec.sampling_start is None:
+                rec.mark_sampling_start(start)
+            n_iter = min(m, (warmup if in_warmup else warmup + draws) - rec.n)
+            gamma = tuner.propose()
+            params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
+                                   inv_metric)
+            previous = state.position
+            state, info = kernel.run(rng, state, params, n_iter)
+            _record(rec, info, params, phase=1 if in_warmup else 2)
+            if not tuner.frozen:
+                tuner.update(gamma, esjd_reward(previous, info.positions,
+                                                params.num_steps, inv_metric))
+            progress(rec.n)
+            if callback is not None:
+                callback(rec)
+    except KeyboardInterrupt:
+        rec.interrupted = True
+    if rec.sampling_start is None and rec.n >= warmup:
+        rec.mark_sampling_start(start)
+    extras = {"inv_metric": inv_metric if tuner is not None else None,
+              "reference_step_size": eps_ref if tuner is not None else None,
+              "box": None if tuner is None else [(d.name, d.low, d.high) for d in tuner.box.dims],
+              "tuning_history": [] if tuner is None else [
+                  {"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
+                   "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}
+                  for r in tuner.history]}
+    return rec.result(warmup, start, extras)

@@ -1,0 +1,153 @@
+"""``tune_and_sample``: run any of our samplers on a Stan model, chains in parallel
+processes, and collect a :class:`~ahmc_stan.fit.Fit`.
+
+A sampler is a function ``run_chain(model, rng, x0, warmup, draws, progress, **options)
+-> ChainResult`` registered in :data:`SAMPLERS`.  Each chain gets its own
+``numpy.random.Generator`` spawned from ``seed`` and a dispersed initial point drawn with
+Stan's rule, so the same seed gives the same draws whether chains run in parallel or not.
+Ctrl-C stops every chain and returns a Fit of the draws made so far, flagged
+``incomplete``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .fit import Fit
+from .model import StanModel
+from .samplers.chain import ChainResult
+
+__all__ = ["tune_and_sample", "SAMPLERS", "register_sampler"]
+
+
+def _ahmc():
+    from .samplers import ahmc
+
+    return ahmc.run_chain
+
+
+#: Sampler name -> a function returning its ``run_chain`` (imported on first use).
+SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {"ahmc": _ahmc}
+
+
+def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
+    SAMPLERS[name] = loader
+
+
+def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
+             init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
+             options: dict) -> ChainResult:
+    """One chain, in this process or a worker."""
+    from tqdm.auto import tqdm
+
+    run_chain = SAMPLERS[sampler]()
+    rng = np.random.default_rng(seed)
+    x0 = model.initial_point(rng, init)
+    bar = tqdm(total=warmup + draws, desc=f"{sampler} chain {chain + 1}", position=chain,
+               disable=not progress, leave=True, mininterval=0.5)
+    try:
+        return run_chain(model, rng, x0, warmup, draws, lambda n: bar.update(n - bar.n),
+                         **options)
+    finally:
+        bar.close()
+
+
+def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: int,
+              warmup: int, draws: int, options: dict, interrupted: bool) -> Fit:
+    """Constrain the chains' positions and stack them into a Fit; interrupted chains are
+    cut to the length all chains reached."""
+    n_warm = min(r.n_warmup for r in results)
+    n_samp = min(r.n_sampling for r in results) if n_warm == warmup else 0
+    names = model.param_names(include_tp=True, include_gq=True)
+    gq_rngs = np.random.SeedSequence([seed, 1]).spawn(len(results))
+
+    def constrained(r, rows, gq_seed):
+        gq_rng = np.random.default_rng(gq_seed)
+        positions = r.positions[rows]
+        out = np.empty((len(positions), len(names)))
+        for i, x in enumerate(positions):
+            out[i] = model.constrain(x, include_tp=True, include_gq=True, rng=gq_rng)
+        return out
+
+    warm_rows, samp_rows = slice(0, n_warm), slice(warmup, warmup + n_samp)
+    stack = lambda rows: np.array([constrained(r, rows, s) for r, s in zip(results, gq_rngs)])
+    stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
+                          for k in results[0].stats}
+    incomplete = interrupted or any(r.interrupted for r in results) or n_samp < draws
+    return Fit(
+        stack(samp_rows).reshape(len(results), n_samp, len(names)), names, stats(samp_rows),
+        n_params=len(model.param_names()),
+        warmup_draws=stack(warm_rows).reshape(len(results), n_warm, len(names)),
+        warmup_sampler_stats=stats(warm_rows),
+        time_warmup=sum(r.time_warmup for r in results),
+        time_sampling=sum(r.time_sampling for r in results),
+        sampler=sampler, incomplete=incomplete,
+        metadata={"seed": seed, "warmup": warmup, "draws": draws, "options": {
+            k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
+            "chains": [r.extras for r in results]},
+    )
+
+
+def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
+                    warmup: int = 1000, draws: int = 1000, seed: int | None = None,
+                    init: Mapping[str, Any] | None = None, progress: bool = True,
+                    parallel: bool | int | None = None, **options) -> Fit:
+    """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then keep ``draws``.
+
+    ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
+    at ``chains``; ``False`` or 1: chains run one after another in this process).
+    ``options`` go to the sampler (for AHMC: ``metric``, ``box``, ``k``,
+    ``adapt_during_sampling``, ... — see :mod:`ahmc_stan.samplers.ahmc`).
+    """
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % 2**32)
+    seeds = np.random.SeedSequence(seed).spawn(chains)
+    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
+    workers = max(1, min(workers, chains))
+    jobs = [(model, sampler, c, seeds[c], init, warmup, draws, progress, options)
+            for c in range(chains)]
+    results: list[ChainResult | None] = [None] * chains
+    interrupted = False
+    if workers == 1:
+        for c, job in enumerate(jobs):
+            try:
+                results[c] = _run_one(*job)
+            except KeyboardInterrupt:
+                interrupted = True
+            if interrupted or results[c] is None or results[c].interrupted:
+                interrupted = True  # Ctrl-C: the remaining chains do not start
+                break
+    else:
+        # fork: no `if __name__ == "__main__"` needed in user scripts; the model library
+        # is reloaded from the cache in each worker (StanModel pickles as its arguments).
+        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_run_one, *job) for job in jobs]
+            try:
+                cf.wait(futures)
+            except KeyboardInterrupt:  # workers got SIGINT too and return what they have
+                interrupted = True
+                for f in futures:
+                    f.cancel()
+                cf.wait([f for f in futures if not f.cancelled()])
+            for c, f in enumerate(futures):
+                if f.cancelled():
+                    continue
+                if f.exception() is not None:
+                    if interrupted and isinstance(f.exception(), (
+                            KeyboardInterrupt, cf.process.BrokenProcessPool)):
+                        continue
+                    raise f.exception()
+                results[c] = f.result()
+    done = [r for r in results if r is not None]
+    if not done:
+        raise KeyboardInterrupt("interrupted before any chain produced a draw")
+    return _assemble(model, sampler, done, seed, warmup, draws, options,
+                     interrupted or len(done) < chains)

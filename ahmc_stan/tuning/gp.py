@@ -1,0 +1,226 @@
+"""Zero-mean Gaussian-process regression with a squared-exponential ARD kernel.
+
+The surrogate of Wang, Mohamed & de Freitas (ICML 2013), Section 3:
+
+    f ~ GP(0, k),   k(γ, γ') = σ_f² exp(−½ (γ − γ')ᵀ Σ⁻¹ (γ − γ')),
+    Σ = diag([κ (b_u − b_l)]²)  per dimension of Γ, κ = 0.2,
+    r = f(γ) + η,   η ~ N(0, σ_η²),
+    μ_i(γ)  = kᵀ (K + σ_η² I)⁻¹ r,
+    σ_i²(γ) = k(γ, γ) − kᵀ (K + σ_η² I)⁻¹ k.
+
+(The paper prints the kernel as ``exp(−½ γ_iᵀ Σ⁻¹ γ_j)``; the stationary form in the
+difference is meant, as in the thesis (Wang 2012, §3.1) and every SE-ARD kernel.)
+The tuner passes unit-cube coordinates and length scale ``κ`` per dimension, which is the
+same kernel as length scale ``κ (b_u − b_l)`` in box units.
+
+Why not scikit-learn's ``GaussianProcessRegressor``: the paper fixes every
+hyperparameter (length scales, unit signal variance, noise), so there is nothing for its
+marginal-likelihood optimiser to do; ``n`` is tiny (the number of distinct γ tried, which
+grows sub-linearly under annealing, paper Section 3 last paragraph); and a 30-line
+Cholesky solve with :func:`scipy.linalg.cho_factor` / :func:`~scipy.linalg.cho_solve` is
+faster, exact, transparent to test and adds no dependency.
+
+Repeated observations at an identical input are merged *exactly*: ``n_j`` observations
+with mean ``ȳ_j`` at ``x_j`` give the same posterior over ``f`` as the single observation
+``ȳ_j`` with noise variance ``σ_η² / n_j``.  Because AHMC keeps γ fixed for long stretches
+(``p_i → 0``), the kernel matrix has one row per *distinct* γ.  It is refactorised
+(``O(u³)``, ``u`` distinct points) lazily, only when a prediction is asked for after new
+data; for ``u`` up to a few thousand that is well under a second.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+
+__all__ = ["DEFAULT_NOISE_VAR", "se_ard_kernel", "GaussianProcess"]
+
+#: Default observation-noise variance σ_η², in units of the (unit) prior signal variance.
+#: The tuner's acquisition uses ``s·μ`` with ``s = α / r_max`` (best reward ↦ α = 4, see
+#: :mod:`.bayesopt`), which is the same as a GP on rewards scaled so the best one is 4; 0.1
+#: is then a noise s.d. of ≈0.32, ≈8 % of the best reward.  The ICML paper states no value;
+#: the authors' thesis code (ziyuw/AHMC ``src/gpbo.py``) passes ``noise=0.01`` to its GP.
+#: This is a judgement call, not a fitted value: on two synthetic (ε, L) rewards (the smooth
+#: bump of ``tests/test_tuning.py`` and an ESJD-like ``sin²(εL/2)/√L`` ridge; 8–12 % reward
+#: noise; 10 seeds × 200 updates) 0.01, 0.1, 0.25 and 1.0 all ended in the top decile; 0.1 smooths single noisy blocks a little more than 0.01 while still
+#: letting one early reward steer the search.  Repeated blocks at one γ shrink the effective
+#: noise there as σ_η²/n.
+DEFAULT_NOISE_VAR = 0.1
+
+
+def se_ard_kernel(
+    x1: np.ndarray, x2: np.ndarray, length_scales: Sequence[float] | np.ndarray, signal_var: float = 1.0
+) -> np.ndarray:
+    """``σ_f² exp(−½ Σ_j ((x1_j − x2_j)/ℓ_j)²)`` for all pairs; shapes ``(n, d), (m, d) → (n, m)``."""
+    ls = np.asarray(length_scales, dtype=float)
+    a = np.atleast_2d(np.asarray(x1, dtype=float)) / ls
+    b = np.atleast_2d(np.asarray(x2, dtype=float)) / ls
+    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    np.maximum(sq, 0.0, out=sq)
+    return signal_var * np.exp(-0.5 * sq)
+
+
+class GaussianProcess:
+    """Zero-mean GP regression with fixed SE-ARD hyperparameters (paper Section 3).
+
+    Parameters
+    ----------
+    length_scales:
+        One length scale per input dimension (``κ = 0.2`` on the unit cube in the paper).
+    noise_var:
+        Gaussian observation-noise variance σ_η² (default :data:`DEFAULT_NOISE_VAR`).
+    signal_var:
+        Prior variance ``k(γ, γ)``; the paper's kernel has 1.
+    jitter:
+        Diagonal jitter used only if the exact Cholesky factorisation fails (then ×10 per
+        further failure); with σ_η² > 0 and merged repeats it is essentially never needed.
+    """
+
+    def __init__(
+        self,
+        length_scales: Sequence[float] | np.ndarray,
+        noise_var: float = DEFAULT_NOISE_VAR,
+        signal_var: float = 1.0,
+        jitter: float = 1e-10,
+    ):
+        self.length_scales = np.asarray(length_scales, dtype=float).ravel()
+        if np.any(self.length_scales <= 0):
+            raise ValueError("length scales must be positive")
+        if noise_var < 0 or signal_var <= 0:
+            raise ValueError("need noise_var >= 0 and signal_var > 0")
+        self.noise_var = float(noise_var)
+        self.signal_var = float(signal_var)
+        self.jitter = float(jitter)
+        self._index: dict[tuple[float, ...], int] = {}
+        self._x: list[np.ndarray] = []
+        self._sum: list[float] = []
+        self._count: list[int] = []
+        self._factor: tuple[np.ndarray, np.ndarray] | None = None  # (lower Cholesky L, α)
+        # Cross-kernel cache for one fixed, read-only candidate array (the tuner's grid):
+        # a new distinct input then costs one new column instead of a full recomputation.
+        # Capped at ``cache_max_elements`` doubles (160 MB); beyond that, recompute.
+        self.cache_max_elements = 20_000_000
+        self._cand: np.ndarray | None = None
+        self._cand_K = np.empty((0, 0))
+
+    # ----------------------------------------------------------------- data
+    @property
+    def ndim(self) -> int:
+        return self.length_scales.size
+
+    @property
+    def n_observations(self) -> int:
+        """Total number of observations added."""
+        return int(sum(self._count))
+
+    @property
+    def n_unique(self) -> int:
+        """Number of distinct inputs (rows of the kernel matrix)."""
+        return len(self._x)
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """Distinct inputs, shape ``(u, d)``."""
+        return np.array(self._x, dtype=float).reshape(-1, self.ndim)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Number of observations at each distinct input."""
+        return np.array(self._count, dtype=int)
+
+    @property
+    def means(self) -> np.ndarray:
+        """Mean observed value at each distinct input."""
+        return np.array(self._sum, dtype=float) / np.maximum(self.counts, 1)
+
+    def add(self, x: Sequence[float] | np.ndarray, y: float) -> None:
+        """Add one observation ``y = f(x) + η``."""
+        xa = np.asarray(x, dtype=float).ravel()
+        if xa.size != self.ndim:
+            raise ValueError(f"expected an input of length {self.ndim}, got {xa.size}")
+        y = float(y)
+        if not np.isfinite(y) or not np.all(np.isfinite(xa)):
+            raise ValueError("inputs and observations must be finite")
+        key = tuple(xa.tolist())
+        j = self._index.get(key)
+        if j is None:
+            self._index[key] = len(self._x)
+            self._x.append(xa)
+            self._sum.append(y)
+            self._count.append(1)
+        else:
+            self._sum[j] += y
+            self._count[j] += 1
+        self._factor = None
+
+    # ------------------------------------------------------------ posterior
+    def _factorise(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._factor is None:
+            X = self.inputs
+            noise = self.noise_var / self.counts
+            K = se_ard_kernel(X, X, self.length_scales, self.signal_var)
+            K[np.diag_indices_from(K)] += noise
+            jitter = 0.0  # exact first; jitter only if the factorisation fails
+            for _ in range(9):
+                try:
+                    c, lower = cho_factor(K + jitter * np.eye(len(K)), lower=True, check_finite=False)
+                    break
+                except LinAlgError:
+                    jitter = self.jitter * self.signal_var if jitter == 0.0 else jitter * 10.0
+            else:  # pragma: no cover - only for pathological inputs
+                raise LinAlgError("kernel matrix is not positive definite even with jitter")
+            alpha = cho_solve((c, lower), self.means, check_finite=False)
+            self._factor = (np.tril(c), alpha)
+        return self._factor
+
+    def _cross_kernel(self, X: np.ndarray) -> np.ndarray:
+        """``k(X, inputs)``, cached column-wise when ``X`` is a read-only array seen before."""
+        if X.flags.writeable or X.shape[0] * self.n_unique > self.cache_max_elements:
+            self._cand, self._cand_K = None, np.empty((0, 0))
+            return se_ard_kernel(X, self.inputs, self.length_scales, self.signal_var)
+        if X is not self._cand:
+            self._cand, self._cand_K = X, np.empty((X.shape[0], 0))
+        have = self._cand_K.shape[1]
+        if have < self.n_unique:
+            new = se_ard_kernel(X, self.inputs[have:], self.length_scales, self.signal_var)
+            self._cand_K = np.hstack([self._cand_K, new])
+        return self._cand_K
+
+    def predict(
+        self, x: Sequence[float] | np.ndarray, return_var: bool = True, chunk: int = 4096
+    ) -> tuple[np.ndarray, np.ndarray] | np.ndarray:
+        """Posterior mean ``μ(x)`` and variance ``σ²(x)`` of the latent ``f`` (no noise).
+
+        ``x`` has shape ``(m, d)`` (or ``(d,)``).  With no data, returns the prior
+        ``(0, σ_f²)``.  Variances are clipped at 0.  If ``x`` is a read-only array
+        (``x.flags.writeable`` false, e.g. :meth:`Box.unit_grid`), ``k(x, inputs)`` is
+        cached between calls, so keep such an array immutable.
+        """
+        X = np.atleast_2d(np.asarray(x, dtype=float))  # the same object for a 2-D float array
+        if X.shape[1] != self.ndim:
+            raise ValueError(f"expected inputs with {self.ndim} columns, got {X.shape}")
+        m = X.shape[0]
+        if self.n_unique == 0:
+            mean = np.zeros(m)
+            return (mean, np.full(m, self.signal_var)) if return_var else mean
+        L, alpha = self._factorise()
+        cached = None if X.flags.writeable else self._cross_kernel(X)
+        Xtr = self.inputs
+        mean = np.empty(m)
+        var = np.empty(m) if return_var else None
+        for start in range(0, m, chunk):
+            sl = slice(start, min(start + chunk, m))
+            if cached is None:
+                Ks = se_ard_kernel(X[sl], Xtr, self.length_scales, self.signal_var)  # (c, u)
+            else:
+                Ks = cached[sl]
+            mean[sl] = Ks @ alpha
+            if return_var:
+                v = solve_triangular(L, Ks.T, lower=True, check_finite=False)  # (u, c)
+                var[sl] = self.signal_var - np.einsum("ij,ij->j", v, v)
+        if not return_var:
+            return mean
+        np.maximum(var, 0.0, out=var)
+        return mean, var

@@ -1,0 +1,199 @@
+"""AHMC: the HMC kernel, the sampler's moments, the tuner's choice, reproducibility,
+robustness to -inf regions, interrupts."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ahmc_stan import StanModel, tune_and_sample
+from ahmc_stan.hmc import HMCKernel, HMCParameters
+from ahmc_stan.samplers.ahmc import default_box, esjd_reward
+
+from .conftest import stan_model_path
+from .stats_util import assert_moments
+
+RHO = 0.99
+SIGMA_2D = np.array([[1.0, RHO], [RHO, 1.0]])
+SDS_100 = np.arange(1, 101) / 100
+
+
+@pytest.fixture(scope="module")
+def gauss2d():
+    return StanModel(stan_model_path("mvn"), {"D": 2, "mu": [0.0, 0.0], "Sigma": SIGMA_2D})
+
+
+@pytest.fixture(scope="module")
+def gauss100():
+    return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})
+
+
+# ---- the kernel --------------------------------------------------------------------------
+
+def test_kernel_leaves_gaussian_invariant(gauss2d):
+    """Start exactly from the target, take one step each: still the target (a test of
+    the Metropolis correction and of L_r ~ U{1..L} at a step size where it matters)."""
+    kernel = HMCKernel(gauss2d.kernel)
+    rng = np.random.default_rng(11)
+    starts = rng.multivariate_normal([0, 0], SIGMA_2D, size=3000)
+    ends = np.empty_like(starts)
+    accepted = []
+    for i, x in enumerate(starts):
+        state, info = kernel.step(rng, kernel.init(x), HMCParameters(0.18, 20))
+        ends[i] = state.position
+        accepted.append(info.is_accepted[0])
+    assert 0.05 < np.mean(accepted) < 0.95
+    assert_moments(ends[None], np.zeros(2), np.ones(2))
+    # the correlation is preserved too: the whitened draws have unit variance
+    whitened = ends @ np.linalg.inv(np.linalg.cholesky(SIGMA_2D)).T
+    assert_moments(whitened[None], np.zeros(2), np.ones(2))
+
+
+def test_kernel_step_info_and_jitter(gauss2d):
+    kernel = HMCKernel(gauss2d.kernel)
+    state = kernel.init(np.zeros(2))
+    new, info = kernel.run(np.random.default_rng(1), state, HMCParameters(0.05, 7), 500)
+    assert set(info.num_steps) == set(range(1, 8))  # L_r ~ Uniform{1..7}
+    np.testing.assert_array_equal(info.num_grad, info.num_steps)
+    fixed = kernel.run(np.random.default_rng(1), state,
+                       HMCParameters(0.05, 7, jitter=False), 50)[1]
+    assert set(fixed.num_steps) == {7}
+    np.testing.assert_array_equal(new.position, info.positions[-1])
+    assert not np.shares_memory(new.position, state.position)
+
+
+def test_divergence_and_non_finite_density_reject(gauss2d):
+    kernel = HMCKernel(gauss2d.kernel)
+    state = kernel.init(np.array([0.5, 0.5]))
+    new, info = kernel.run(np.random.default_rng(2), state, HMCParameters(5.0, 50), 20)
+    assert info.is_divergent.all() and not info.is_accepted.any()
+    np.testing.assert_array_equal(new.position, state.position)
+
+
+# ---- the sampler ---------------------------------------------------------------------------
+
+def test_ahmc_moments_2d_correlated(gauss2d):
+    fit = tune_and_sample(gauss2d, chains=2, warmup=1000, draws=2000, seed=3,
+                          progress=False)
+    assert fit.params.shape == (2, 2000, 2)
+    assert_moments(fit.params, np.zeros(2), np.ones(2))
+    corr = np.corrcoef(fit.params.reshape(-1, 2).T)[0, 1]
+    assert abs(corr - RHO) < 0.005
+    assert not fit.incomplete and fit.efficiency()["divergences"] == 0
+
+
+def test_ahmc_moments_100d_scales(gauss100):
+    fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=1500, seed=4,
+                          progress=False)
+    assert_moments(fit.params, np.zeros(100), SDS_100)
+    inv_metric = fit.metadata["chains"][0]["inv_metric"]
+    # the adapted diagonal metric tracks the variances
+    assert stats.spearmanr(inv_metric, SDS_100**2)[0] > 0.95
+
+
+def test_ahmc_identity_metric_paper_setting(gauss2d):
+    """The paper's setting: identity metric, box given, no scale phase."""
+    box = ((0.01, 0.2), (1, 100))
+    fit = tune_and_sample(gauss2d, chains=2, warmup=1000, draws=2000, seed=5,
+                          progress=False, metric="identity", box=box)
+    assert fit.metadata["chains"][0]["inv_metric"] is None
+    assert fit.warmup_sampler_stats["phase"].min() == 1  # no scale phase
+    eps = fit.sampler_stats["step_size"]
+    assert eps.min() >= 0.01 and eps.max() <= 0.2
+    assert_moments(fit.params, np.zeros(2), np.ones(2))
+
+
+def test_same_seed_same_draws_serial_or_parallel(gauss2d):
+    runs = [tune_and_sample(gauss2d, chains=2, warmup=200, draws=200, seed=6,
+                            progress=False, parallel=p) for p in (2, 2, False)]
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0].draws, other.draws)
+        np.testing.assert_array_equal(runs[0].sampler_stats["num_steps"],
+                                      other.sampler_stats["num_steps"])
+    different = tune_and_sample(gauss2d, chains=2, warmup=200, draws=200, seed=7,
+                                progress=False)
+    assert not np.array_equal(runs[0].draws, different.draws)
+
+
+def test_tuner_ends_in_top_fifth_of_brute_force_grid(gauss2d):
+    """On the 2-d Gaussian, the γ the tuner settles on has an expected reward in the
+    top 20% of a brute-force grid over the same box (paper setting, identity metric)."""
+    box = ((0.01, 0.2), (1, 100))
+    fit = tune_and_sample(gauss2d, chains=1, warmup=2000, draws=500, seed=8,
+                          progress=False, metric="identity", box=box)
+    final = (fit.sampler_stats["step_size"][0, -1], int(fit.sampler_stats["num_steps_max"][0, -1]))
+
+    kernel = HMCKernel(gauss2d.kernel)
+    rng = np.random.default_rng(9)
+    start = kernel.init(np.zeros(2))
+
+    def expected_reward(eps, n_steps, n_iter=3000):
+        state = kernel.run(rng, start, HMCParameters(eps, n_steps), 50)[0]  # to stationarity
+        _, info = kernel.run(rng, state, HMCParameters(eps, n_steps), n_iter)
+        return esjd_reward(state.position, info.positions, n_steps, None)
+
+    grid = [expected_reward(e, n) for e in np.linspace(0.01, 0.2, 10)
+            for n in np.unique(np.linspace(1, 100, 10).astype(int))]
+    achieved = expected_reward(*final)
+    assert achieved >= np.quantile(grid, 0.8), (final, achieved, np.quantile(grid, 0.8))
+
+
+def test_density_minus_infinity_region():
+    """x[1] > 1 rejects: AHMC samples the truncated normal without crashing."""
+    model = StanModel(stan_model_path("reject_region"), {"D": 2})
+    fit = tune_and_sample(model, chains=2, warmup=500, draws=2000, seed=10, progress=False)
+    x1 = fit.params[:, :, 0]
+    assert x1.max() <= 1
+    truncated = stats.truncnorm(-np.inf, 1)
+    assert_moments(fit.params[:, :, :1], np.array([truncated.mean()]),
+                   np.array([truncated.std()]))
+
+
+def test_interrupt_returns_partial_draws(gauss2d):
+    def interrupt_after_300(recorder):
+        if recorder.n >= 300:
+            raise KeyboardInterrupt
+
+    fit = tune_and_sample(gauss2d, chains=1, warmup=200, draws=1000, seed=11,
+                          progress=False, parallel=False, block_size=10,
+                          callback=interrupt_after_300)
+    assert fit.incomplete
+    assert 0 < fit.n_draws < 1000
+    assert fit.n_warmup == 200
+    assert np.isfinite(fit.draws).all()
+
+
+def test_ctrl_c_on_parallel_chains_returns_partial_fit(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, ahmc_stan
+        model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
+        print("READY", flush=True)
+        fit = ahmc_stan.tune_and_sample(model, chains=2, warmup=300, draws=10**7,
+                                        seed=1, progress=False, block_size=5)
+        print("INCOMPLETE", fit.incomplete, "SHAPE", fit.draws.shape, flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "READY"
+    time.sleep(8)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    line = [l for l in out.splitlines() if l.startswith("INCOMPLETE")][0]
+    assert "INCOMPLETE True" in line
+    chains, n_draws, cols = eval(line.split("SHAPE", 1)[1])
+    assert chains == 2 and 0 < n_draws < 10**7 and cols == 10
+
+
+def test_default_box_from_reference_step_size():
+    box = default_box(0.1)
+    assert box.dims[0].low == pytest.approx(0.025) and box.dims[0].high == pytest.approx(0.15)
+    assert box.dims[1].high == 63  # ceil(2π / 0.1)
+    assert default_box(10.0).dims[1].high == 10
+    assert default_box(1e-4, max_num_steps=500).dims[1].high == 500
