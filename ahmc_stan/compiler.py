@@ -4,10 +4,12 @@ The toolchain is the one the ``httpstan`` wheel ships (``stanc``, the Stan, Stan
 Eigen, Boost, Sundials and TBB headers and libraries), so nothing is downloaded.  A build
 has three parts:
 
-1. once per toolchain: a precompiled header of the Stan headers and the object file of our
-   C layer (``csrc/ahmc_bridge.cpp``), both in ``<cache>/toolchain-<key>``;
-2. per model: ``stanc`` → C++ → one object file compiled against the precompiled header;
-3. a link of the two objects into ``model.so`` in ``<cache>/models/<name>-<key>``.
+1. once per toolchain: a precompiled header of the Stan headers (``<cache>/pch-<key>``)
+   and the object file of our C layer, ``csrc/ahmc_bridge.cpp`` (``<cache>/bridge-<key>``);
+2. per model: ``stanc`` → C++ → one object file compiled against the precompiled header,
+   in ``<cache>/models/<name>-<key>``;
+3. a link of the two objects into ``model.so`` in ``lib-<key>`` inside the model's entry
+   (so editing the C layer costs a link per model, not a compile).
 
 Cache keys cover everything that changes the output: the Stan code and every file it
 ``#include``s, the stanc and g++ versions, the flags and our C layer's source.  Builds run
@@ -92,7 +94,8 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Toolchain:
-    """The httpstan toolchain and compiler, with a key that identifies the combination."""
+    """The httpstan toolchain and compiler.  ``pch_key`` identifies the precompiled Stan
+    headers (toolchain, compiler, flags); ``key`` adds our C layer's source."""
 
     httpstan_dir: Path
     stanc: Path
@@ -100,6 +103,7 @@ class Toolchain:
     cxx: str
     cxx_version: str
     cxxflags: tuple[str, ...]
+    pch_key: str
     key: str
 
     @property
@@ -134,12 +138,13 @@ def toolchain() -> Toolchain:
         [cxx, "--version"], capture_output=True, text=True, check=True
     ).stdout.splitlines()[0]
     flags = tuple(_CXXFLAGS)
-    sources = b"".join((_CSRC / f).read_bytes() for f in (_PCH_HEADER, _BRIDGE_SOURCE))
-    key = _sha256(
+    pch_key = _sha256(
         RECIPE_VERSION, str(httpstan_dir), getattr(httpstan, "__version__", "?"),
-        stanc_version, cxx, cxx_version, " ".join(flags), sources,
+        stanc_version, cxx, cxx_version, " ".join(flags), (_CSRC / _PCH_HEADER).read_bytes(),
     )[:16]
-    return Toolchain(httpstan_dir, stanc, stanc_version, cxx, cxx_version, flags, key)
+    key = _sha256(pch_key, (_CSRC / _BRIDGE_SOURCE).read_bytes())[:16]
+    return Toolchain(httpstan_dir, stanc, stanc_version, cxx, cxx_version, flags,
+                     pch_key, key)
 
 
 def _run(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
@@ -192,22 +197,30 @@ def _build_cached(final: Path, build) -> Path:
     return final
 
 
-def _toolchain_dir(tc: Toolchain) -> Path:
-    """The precompiled Stan headers and our C layer's object file, built once."""
+def _pch_dir(tc: Toolchain) -> Path:
+    """The precompiled Stan headers, built once per toolchain, compiler and flags."""
 
     def build(tmp: Path) -> list[str]:
-        log = tmp / "build.log"
         shutil.copy(_CSRC / _PCH_HEADER, tmp / _PCH_HEADER)
-        common = [tc.cxx, *tc.cxxflags, f"-I{tmp}", f"-I{tc.include_dir}"]
-        _run([*common, "-x", "c++-header", _PCH_HEADER, "-o", _PCH_HEADER + ".gch"],
-             log, "precompiling the Stan headers", cwd=tmp)
-        info = f'-DAHMC_BUILD_INFO="{tc.cxx_version}; {" ".join(tc.cxxflags)}"'
-        _run([*common, "-include", _PCH_HEADER, info, "-c",
-              str(_CSRC / _BRIDGE_SOURCE), "-o", "ahmc_bridge.o"],
-             log, "compiling the ahmc-stan C layer", cwd=tmp)
-        return [_PCH_HEADER + ".gch", "ahmc_bridge.o"]
+        _run([tc.cxx, *tc.cxxflags, f"-I{tc.include_dir}", "-x", "c++-header", _PCH_HEADER,
+              "-o", _PCH_HEADER + ".gch"], tmp / "build.log", "precompiling the Stan headers",
+             cwd=tmp)
+        return [_PCH_HEADER + ".gch"]
 
-    return _build_cached(cache_dir() / f"toolchain-{tc.key}", build)
+    return _build_cached(cache_dir() / f"pch-{tc.pch_key}", build)
+
+
+def _bridge_object(tc: Toolchain, pch: Path) -> Path:
+    """Our C layer's object file, built once per version of its source."""
+
+    def build(tmp: Path) -> list[str]:
+        info = f'-DAHMC_BUILD_INFO="{tc.cxx_version}; {" ".join(tc.cxxflags)}"'
+        _run([tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
+              str(pch / _PCH_HEADER), info, "-c", str(_CSRC / _BRIDGE_SOURCE), "-o",
+              "ahmc_bridge.o"], tmp / "build.log", "compiling the ahmc-stan C layer", cwd=tmp)
+        return ["ahmc_bridge.o"]
+
+    return _build_cached(cache_dir() / f"bridge-{tc.key}", build) / "ahmc_bridge.o"
 
 
 _INCLUDE = re.compile(r'^\s*#include\s+[<"]?([^>"\s]+)[>"]?', re.MULTILINE)
@@ -266,35 +279,39 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
     tc = toolchain()
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)
-    key = _sha256(tc.key, " ".join(stanc_args), *(c for _, c in sorted(sources)))[:16]
-    final = cache_dir() / "models" / f"{stan_file.stem}-{key}"
-    if _read_complete(final) is not None:
-        return final / "model.so"
+    code_key = _sha256(tc.pch_key, " ".join(stanc_args), *(c for _, c in sorted(sources)))[:16]
+    model_dir = cache_dir() / "models" / f"{stan_file.stem}-{code_key}"
+    lib_dir = model_dir / f"lib-{tc.key}"
+    if _read_complete(lib_dir) is not None:
+        return lib_dir / "model.so"
 
     # Syntax errors surface before any toolchain work, with stanc's own message.
     with tempfile.TemporaryDirectory() as tmp:
         run_stanc(stan_file, Path(tmp) / "check.cpp", [stan_file.parent, *includes],
                   list(stanc_args))
-    tc_dir = _toolchain_dir(tc)
+    pch = _pch_dir(tc)
+    bridge = _bridge_object(tc, pch)
 
-    def build(tmp: Path) -> list[str]:
+    def build_object(tmp: Path) -> list[str]:
         start = time.perf_counter()
         log = tmp / "build.log"
         shutil.copy(stan_file, tmp / "model.stan")
         warnings = run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
                              list(stanc_args))
         log.write_text(warnings + "\n" if warnings else "")
-        common = [tc.cxx, *tc.cxxflags, f"-I{tc_dir}", f"-I{tc.include_dir}"]
-        _run([*common, "-include", str(tc_dir / _PCH_HEADER), "-c", "model.cpp",
-              "-o", "model.o"], log, f"compiling the C++ of {stan_file.name}", cwd=tmp)
-        _run([tc.cxx, "-shared", "-o", "model.so", "model.o",
-              str(tc_dir / "ahmc_bridge.o"), f"-L{tc.lib_dir}", "-ltbb",
-              "-lsundials_cvodes", "-lsundials_idas", "-lsundials_kinsol",
-              "-lsundials_nvecserial", f"-Wl,-rpath,{tc.lib_dir}"],
-             log, f"linking {stan_file.name}", cwd=tmp)
-        (tmp / "model.o").unlink()
+        _run([tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
+              str(pch / _PCH_HEADER), "-c", "model.cpp", "-o", "model.o"],
+             log, f"compiling the C++ of {stan_file.name}", cwd=tmp)
         if verbose:
             print(f"compiled {stan_file.name} in {time.perf_counter() - start:.1f} s")
+        return ["model.o"]
+
+    def link(tmp: Path) -> list[str]:
+        _run([tc.cxx, "-shared", "-o", "model.so", str(model_dir / "model.o"), str(bridge),
+              f"-L{tc.lib_dir}", "-ltbb", "-lsundials_cvodes", "-lsundials_idas",
+              "-lsundials_kinsol", "-lsundials_nvecserial", f"-Wl,-rpath,{tc.lib_dir}"],
+             tmp / "build.log", f"linking {stan_file.name}", cwd=tmp)
         return ["model.so"]
 
-    return _build_cached(final, build) / "model.so"
+    _build_cached(model_dir, build_object)
+    return _build_cached(lib_dir, link) / "model.so"
