@@ -32,11 +32,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
-from ..metric import squared_jumps
-from ..tuning import BayesOptTuner, Box, Dimension
+from ..tuning import Box, Dimension
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.windows import adaptation_windows, regularized_inv_metric
 from .chain import ChainRecorder, ChainResult
+from .tuned_blocks import (TuningOptions, as_box, esjd_reward, run_tuned_blocks,
+                           tuning_extras)
 
 __all__ = ["run_chain", "default_box", "esjd_reward"]
 
@@ -47,23 +48,6 @@ def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
     l_max = int(np.clip(math.ceil(2 * math.pi / eps), 10, max_num_steps))
     return Box([Dimension("step_size", eps / 4, 1.5 * eps),
                 Dimension("num_steps", 1, l_max, integer=True)])
-
-
-def as_box(box) -> Box:
-    """A ``Box``, or ``((eps_low, eps_high), (L_low, L_high))``."""
-    if isinstance(box, Box):
-        return box
-    (e_lo, e_hi), (l_lo, l_hi) = box
-    return Box([Dimension("step_size", e_lo, e_hi),
-                Dimension("num_steps", l_lo, l_hi, integer=True)])
-
-
-def esjd_reward(previous: np.ndarray, positions: np.ndarray, num_steps: int,
-                inv_metric) -> float:
-    """``r = ESJD / sqrt(L)`` of a block (Wang et al. 2013, section 3.1): the mean squared
-    jump over the block's m transitions, the first from the state before the block."""
-    jumps = squared_jumps(np.vstack([previous, positions]), inv_metric)
-    return float(np.mean(jumps) / math.sqrt(num_steps))
 
 
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
@@ -107,21 +91,17 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
               progress: Callable[[int], None], *, metric: str = "diag", box=None,
-              k: int = 100, block_size: int | None = None, alpha: float = 4.0,
-              kappa: float = 0.2, delta: float = 0.1, adapt_during_sampling: bool = True,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
-              maximizer: str = "grid", grid_points: int = 4000, grid_resolution: int = 64,
-              callback: Callable | None = None) -> ChainResult:
+              callback: Callable | None = None, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
-    ``k``, ``alpha``, ``kappa``, ``delta`` are the tuner's constants (paper: 100, 4, 0.2,
-    0.1); ``block_size`` is m (default ``B/k`` with B the Bayesian-optimisation part of
-    warmup); the acquisition is maximised over a grid of at most ``grid_points`` points
-    (``grid_resolution`` step sizes × the values of L) or by DIRECT (``maximizer="direct"``).
+    ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
+    ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
     ``callback(recorder)`` runs after every block.
     """
     if metric not in ("identity", "diag", "dense"):
         raise ValueError(f"metric must be 'identity', 'diag' or 'dense', not {metric!r}")
+    options = TuningOptions(**tuning)
     kernel = HMCKernel(model.kernel)
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
@@ -129,53 +109,40 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
         scale_fraction = 0.0 if (metric == "identity" and box is not None) else (
             0.2 if metric == "identity" else 0.5)
     n_scale = int(round(scale_fraction * warmup))
-    tuner = None
+    if box is None and n_scale == 0:
+        raise ValueError("with scale_fraction=0 a box must be given")
+    tuner, inv_metric, eps_ref = None, None, None
     start = time.perf_counter()
     try:
         state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric, rec,
                                                   max_num_steps)
         progress(rec.n)
-        if box is None and eps_ref is None:
-            raise ValueError("with scale_fraction=0 a box must be given")
         box = default_box(eps_ref, max_num_steps) if box is None else as_box(box)
         initial = None
         if eps_ref is not None:
             initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
                        "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
                                                 box.dims[1].high))}
-        tuner = BayesOptTuner(box, rng=rng, k=k, alpha=alpha, kappa=kappa, delta=delta,
-                              initial=initial, maximizer=maximizer,
-                              grid_points=grid_points, grid_resolution=grid_resolution)
-        m = block_size or max(1, (warmup - n_scale) // k)
-        while rec.n < warmup + draws:
-            in_warmup = rec.n < warmup
-            if not in_warmup and not adapt_during_sampling and not tuner.frozen:
-                tuner.freeze()
-                rec.mark_sampling_start(start)
-            elif not in_warmup and rec.sampling_start is None:
-                rec.mark_sampling_start(start)
-            n_iter = min(m, (warmup if in_warmup else warmup + draws) - rec.n)
-            gamma = tuner.propose()
+        tuner = options.make_tuner(box, rng, initial)
+
+        def run_block(gamma, n_iter, phase):
+            nonlocal state
             params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
                                    inv_metric)
             previous = state.position
             state, info = kernel.run(rng, state, params, n_iter)
-            _record(rec, info, params, phase=1 if in_warmup else 2)
-            if not tuner.frozen:
-                tuner.update(gamma, esjd_reward(previous, info.positions,
-                                                params.num_steps, inv_metric))
-            progress(rec.n)
-            if callback is not None:
-                callback(rec)
+            _record(rec, info, params, phase)
+            return previous, info.positions
+
+        reward = lambda previous, positions, gamma: esjd_reward(
+            previous, positions, int(gamma["num_steps"]), inv_metric)
+        run_tuned_blocks(tuner, rec, run_block, reward, warmup=warmup, draws=draws,
+                         options=options, chain_start=start, progress=progress,
+                         callback=callback)
     except KeyboardInterrupt:
         rec.interrupted = True
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
-    extras = {"inv_metric": inv_metric if tuner is not None else None,
-              "reference_step_size": eps_ref if tuner is not None else None,
-              "box": None if tuner is None else [(d.name, d.low, d.high) for d in tuner.box.dims],
-              "tuning_history": [] if tuner is None else [
-                  {"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
-                   "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}
-                  for r in tuner.history]}
+    extras = {"inv_metric": inv_metric, "reference_step_size": eps_ref,
+              **tuning_extras(tuner)}
     return rec.result(warmup, start, extras)
