@@ -2,10 +2,15 @@
 
 from .compiler import CompileError, StanCompileError, compile_model
 from .model import DensityError, DensityKernel, StanModel
+from .fit import Fit, load_fit
+from .nuts import run_nuts
+from .comparison import compare
+from .sampling import tune_and_sample
 
 __version__ = "0.1.0"
 
 __all__ = [
     "StanModel", "DensityKernel", "DensityError", "StanCompileError", "CompileError",
     "compile_model",
+    "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample",
 ]

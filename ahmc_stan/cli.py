@@ -1,0 +1,128 @@
+"""The ``ahmc-stan`` command line.
+
+Subcommands live in :data:`COMMANDS`: name → :class:`Command` (help text, a function that
+adds the subcommand's arguments to its parser, a function that runs it and returns the exit
+status).  Adding a subcommand is adding an entry::
+
+    COMMANDS["sample"] = Command("run one of our samplers", _sample_args, _sample)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["main", "COMMANDS", "Command", "add_model_args", "add_run_args"]
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# ---- shared arguments --------------------------------------------------------------------
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """``MODEL.stan`` and ``--data DATA.json``."""
+    parser.add_argument("model", metavar="MODEL.stan", help="the Stan program")
+    parser.add_argument("--data", metavar="DATA.json", default=None,
+                        help="data in Stan's JSON format")
+
+
+def add_run_args(parser: argparse.ArgumentParser, *, warmup: int = 1000,
+                 draws: int = 1000) -> None:
+    """``--chains --warmup --draws --seed --output``."""
+    parser.add_argument("--chains", type=int, default=4, help="chains (default 4)")
+    parser.add_argument("--warmup", type=int, default=warmup,
+                        help=f"warmup iterations per chain (default {warmup})")
+    parser.add_argument("--draws", type=int, default=draws,
+                        help=f"sampling iterations per chain (default {draws})")
+    parser.add_argument("--seed", type=int, default=None, help="random seed")
+    parser.add_argument("--output", "-o", metavar="FIT.npz", default=None,
+                        help="save the fit (load it with ahmc_stan.load_fit)")
+
+
+def load_model(args: argparse.Namespace):
+    from .model import StanModel
+
+    return StanModel(args.model, args.data)
+
+
+def report(fit, args: argparse.Namespace) -> None:
+    """Print the summary and the efficiency line; save the fit if ``--output`` was given."""
+    import pandas as pd
+
+    with pd.option_context("display.max_rows", 200, "display.width", 120,
+                           "display.float_format", "{:.4g}".format):
+        print(fit.summary())
+    print()
+    print(fit.efficiency_line())
+    if getattr(args, "output", None):
+        print(f"saved {fit.save(args.output)}")
+
+
+# ---- nuts --------------------------------------------------------------------------------
+
+def _nuts_args(parser: argparse.ArgumentParser) -> None:
+    add_model_args(parser)
+    add_run_args(parser)
+    parser.add_argument("--adapt-delta", type=float, default=None,
+                        help="target acceptance statistic (CmdStan default 0.8)")
+    parser.add_argument("--max-treedepth", type=int, default=None,
+                        help="maximum tree depth (CmdStan default 10)")
+    parser.add_argument("--progress", action="store_true", help="show progress bars")
+
+
+def _nuts(args: argparse.Namespace) -> int:
+    from .nuts import run_nuts
+
+    model = load_model(args)
+    extra = {k: v for k, v in (("adapt_delta", args.adapt_delta),
+                               ("max_treedepth", args.max_treedepth)) if v is not None}
+    fit = run_nuts(model, chains=args.chains, warmup=args.warmup, draws=args.draws,
+                   seed=args.seed, show_progress=args.progress, verbose=True, **extra)
+    report(fit, args)
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "nuts": Command("sample with CmdStan's NUTS (the baseline)", _nuts_args, _nuts),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ahmc-stan",
+        description="Self-tuning MCMC samplers on Stan models, compared against "
+                    "CmdStan's NUTS.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, cmd in COMMANDS.items():
+        cmd.configure(sub.add_parser(name, help=cmd.help, description=cmd.help))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command].run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"ahmc-stan {args.command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,458 @@
+"""The result of a sampler run: one ``Fit`` type for CmdStan's NUTS and every sampler of ours.
+
+Layout
+------
+``draws`` has shape ``(chains, draws, columns)`` on the constrained scale.  The first
+``n_params`` columns are the ``parameters`` block, exactly the columns of
+``StanModel.param_names()`` in that order (``M.1.2`` for ``M[1, 2]``, column-major); any
+further columns are transformed parameters / generated quantities, named in
+``param_names`` (which always has one name per column).
+
+``sampler_stats`` maps a statistic's name to an array ``(chains, draws)`` with one value
+per iteration.  Every sampler records ``accept_stat``, ``step_size``, ``n_grad`` (gradient
+evaluations made in that iteration) and ``divergent``; sampler-specific statistics
+(``treedepth``, ``energy``, ``lp``, ``path_length``, ...) may follow.  ``warmup_draws`` and
+``warmup_sampler_stats`` hold the same for the warmup iterations when a sampler keeps them.
+
+Efficiency
+----------
+``Fit.efficiency()`` computes ESS with ``arviz.ess`` (methods ``"bulk"`` and ``"tail"``) on
+the ``(chain, draw)`` array of every parameters-block column, identically for every
+sampler, and divides the smallest bulk-ESS by the gradient evaluations and the seconds
+spent (sampling only, and warmup + sampling).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["Fit", "load_fit", "REQUIRED_STATS", "ARVIZ_STAT_NAMES"]
+
+#: Statistics every sampler records, one value per iteration.
+REQUIRED_STATS = ("accept_stat", "step_size", "n_grad", "divergent")
+
+#: Our statistic names → ArviZ's standard ``sample_stats`` names.
+ARVIZ_STAT_NAMES = {
+    "accept_stat": "acceptance_rate",
+    "step_size": "step_size",
+    "n_grad": "n_steps",
+    "divergent": "diverging",
+    "treedepth": "tree_depth",
+    "energy": "energy",
+    "lp": "lp",
+}
+
+_FORMAT_VERSION = 1
+
+
+def _arviz():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # arviz's import-time notice
+        import arviz
+
+    return arviz
+
+
+def _diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
+    """ArviZ's diagnostics of every column of a ``(chain, draw, column)`` array.
+
+    One vectorised call per diagnostic on a Dataset with a single ``(chain, draw, column)``
+    variable; the result equals ``arviz.ess(values[:, :, j], method=...)`` per column.
+    """
+    import xarray as xr
+
+    az = _arviz()
+    values = np.asarray(values, dtype=float)
+    n_cols = values.shape[2]
+    if n_cols == 0:
+        empty = np.zeros(0)
+        return {k: empty for k in ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd")}
+    ds = xr.Dataset({"v": (("chain", "draw", "column"), values)})
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant columns give nan
+        out["ess_bulk"] = az.ess(ds, method="bulk")["v"].values
+        out["ess_tail"] = az.ess(ds, method="tail")["v"].values
+        out["r_hat"] = az.rhat(ds)["v"].values
+        out["mcse_mean"] = az.mcse(ds, method="mean")["v"].values
+        out["mcse_sd"] = az.mcse(ds, method="sd")["v"].values
+    return {k: np.asarray(v, dtype=float).reshape(n_cols) for k, v in out.items()}
+
+
+def _as_stats(stats: Mapping[str, Any] | None, shape: tuple[int, int], what: str
+              ) -> dict[str, np.ndarray]:
+    out = {}
+    for name, value in (stats or {}).items():
+        arr = np.asarray(value)
+        if arr.shape != shape:
+            raise ValueError(f"{what}[{name!r}] has shape {arr.shape}; expected {shape} "
+                             "(chains, draws)")
+        out[str(name)] = arr
+    return out
+
+
+class Fit:
+    """Draws, per-iteration sampler statistics and cost of one sampler run.
+
+    Parameters
+    ----------
+    draws : ``(chains, draws, columns)`` constrained draws; parameters-block columns first.
+    param_names : one name per column (``StanModel.param_names()`` names, then any
+        transformed parameters / generated quantities).
+    sampler_stats : name → ``(chains, draws)``; must contain ``accept_stat``,
+        ``step_size``, ``n_grad`` and ``divergent``.
+    n_params : number of parameters-block columns (default: all columns); diagnostics
+        of efficiency use only these.
+    warmup_draws, warmup_sampler_stats : the same for the warmup iterations (optional).
+    n_grad_warmup, n_grad_sampling : total gradient evaluations over all chains; default
+        to the sums of the ``n_grad`` statistic (warmup: 0 when warmup stats are absent).
+    time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown).
+    sampler : the sampler's name (``"nuts"`` for CmdStan's NUTS).
+    metadata : JSON-serialisable dict (numpy arrays and scalars are allowed too).
+    incomplete : True if the run was interrupted and the draws are a prefix.
+    """
+
+    def __init__(self, draws: np.ndarray, param_names: list[str],
+                 sampler_stats: Mapping[str, Any], *, n_params: int | None = None,
+                 warmup_draws: np.ndarray | None = None,
+                 warmup_sampler_stats: Mapping[str, Any] | None = None,
+                 n_grad_warmup: int | None = None, n_grad_sampling: int | None = None,
+                 time_warmup: float = math.nan, time_sampling: float = math.nan,
+                 sampler: str = "", metadata: Mapping[str, Any] | None = None,
+                 incomplete: bool = False):
+        draws = np.asarray(draws, dtype=float)
+        if draws.ndim != 3:
+            raise ValueError(f"draws must be (chains, draws, columns); got shape {draws.shape}")
+        self.draws = draws
+        self.param_names = [str(n) for n in param_names]
+        if len(self.param_names) != draws.shape[2]:
+            raise ValueError(f"{len(self.param_names)} names for {draws.shape[2]} columns")
+        if len(set(self.param_names)) != len(self.param_names):
+            raise ValueError("column names are not unique")
+        self.n_params = draws.shape[2] if n_params is None else int(n_params)
+        if not 0 <= self.n_params <= draws.shape[2]:
+            raise ValueError(f"n_params={n_params} outside 0..{draws.shape[2]}")
+        chains, n_draws = draws.shape[:2]
+        self.sampler_stats = _as_stats(sampler_stats, (chains, n_draws), "sampler_stats")
+        missing = [k for k in REQUIRED_STATS if k not in self.sampler_stats]
+        if missing:
+            raise ValueError(f"sampler_stats lacks the required statistics {missing}")
+
+        if warmup_draws is not None:
+            warmup_draws = np.asarray(warmup_draws, dtype=float)
+            if warmup_draws.ndim != 3 or warmup_draws.shape[0] != chains \
+                    or warmup_draws.shape[2] != draws.shape[2]:
+                raise ValueError(f"warmup_draws has shape {warmup_draws.shape}; expected "
+                                 f"({chains}, warmup, {draws.shape[2]})")
+        self.warmup_draws = warmup_draws
+        if warmup_sampler_stats is not None:
+            first = next(iter(warmup_sampler_stats.values()), None)
+            n_warm = (warmup_draws.shape[1] if warmup_draws is not None
+                      else np.shape(first)[1] if first is not None else 0)
+            self.warmup_sampler_stats = _as_stats(warmup_sampler_stats, (chains, n_warm),
+                                                  "warmup_sampler_stats")
+        else:
+            self.warmup_sampler_stats = None
+
+        if n_grad_sampling is None:
+            n_grad_sampling = int(np.sum(self.sampler_stats["n_grad"]))
+        if n_grad_warmup is None:
+            ws = self.warmup_sampler_stats or {}
+            n_grad_warmup = int(np.sum(ws["n_grad"])) if "n_grad" in ws else 0
+        self.n_grad_warmup = int(n_grad_warmup)
+        self.n_grad_sampling = int(n_grad_sampling)
+        self.time_warmup = float(time_warmup)
+        self.time_sampling = float(time_sampling)
+        self.sampler = str(sampler)
+        self.metadata = dict(metadata or {})
+        self.incomplete = bool(incomplete)
+        self._diag_cache: dict[str, np.ndarray] | None = None
+
+    # ---- shape -----------------------------------------------------------------------
+
+    @property
+    def chains(self) -> int:
+        return self.draws.shape[0]
+
+    @property
+    def n_draws(self) -> int:
+        """Sampling draws per chain."""
+        return self.draws.shape[1]
+
+    @property
+    def n_warmup(self) -> int:
+        """Saved warmup iterations per chain (0 if none were kept)."""
+        return 0 if self.warmup_draws is None else self.warmup_draws.shape[1]
+
+    @property
+    def params(self) -> np.ndarray:
+        """The parameters-block columns: ``(chains, draws, n_params)``."""
+        return self.draws[:, :, : self.n_params]
+
+    def __repr__(self) -> str:
+        flag = ", incomplete" if self.incomplete else ""
+        return (f"Fit(sampler={self.sampler!r}, chains={self.chains}, draws={self.n_draws}, "
+                f"columns={len(self.param_names)}, n_params={self.n_params}{flag})")
+
+    def column(self, name: str) -> np.ndarray:
+        """The ``(chains, draws)`` draws of one column, by name (``M.1.2``)."""
+        try:
+            return self.draws[:, :, self.param_names.index(name)]
+        except ValueError:
+            raise KeyError(f"no column {name!r}") from None
+
+    # ---- diagnostics -------------------------------------------------------------------
+
+    def _diagnostics(self) -> dict[str, np.ndarray]:
+        if self._diag_cache is None:
+            self._diag_cache = _diagnostics(self.draws)
+        return self._diag_cache
+
+    def summary(self) -> "pandas.DataFrame":  # noqa: F821
+        """Per-column mean, sd, MCSE, bulk/tail ESS and rank-normalised split R-hat (ArviZ).
+
+        Indexed by column name; columns ``mean, sd, mcse_mean, mcse_sd, ess_bulk,
+        ess_tail, r_hat``.
+        """
+        import pandas as pd
+
+        d = self._diagnostics()
+        flat = self.draws.reshape(-1, self.draws.shape[2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
+        return pd.DataFrame({
+            "mean": flat.mean(axis=0), "sd": sd, "mcse_mean": d["mcse_mean"],
+            "mcse_sd": d["mcse_sd"], "ess_bulk": d["ess_bulk"], "ess_tail": d["ess_tail"],
+            "r_hat": d["r_hat"],
+        }, index=pd.Index(self.param_names, name="param"))
+
+    def efficiency(self) -> dict[str, float]:
+        """ESS over the parameters-block columns and its cost in gradients and seconds.
+
+        ``min_ess_per_grad`` = min bulk-ESS / sampling gradients, ``..._total`` divides by
+        warmup + sampling gradients; ``min_ess_per_s`` uses ``time_sampling``,
+        ``..._total`` warmup + sampling time.  Zero gradients or an unknown time make the
+        corresponding ratio ``nan``.  (ArviZ gives a column whose draws are all equal an
+        ESS of the number of draws; its R-hat, and so ``max_rhat``, is then ``nan``.)
+        """
+        d = self._diagnostics()
+        k = self.n_params
+        bulk, tail, rhat = d["ess_bulk"][:k], d["ess_tail"][:k], d["r_hat"][:k]
+
+        def stat(f, a):
+            return float(f(a)) if a.size else math.nan
+
+        def ratio(a, b):
+            return a / b if b and b > 0 and np.isfinite(b) else math.nan
+
+        min_bulk = stat(np.min, bulk)
+        grads_total = self.n_grad_warmup + self.n_grad_sampling
+        time_total = self.time_warmup + self.time_sampling
+        st = self.sampler_stats
+        return {
+            "min_ess_bulk": min_bulk,
+            "median_ess_bulk": stat(np.median, bulk),
+            "max_ess_bulk": stat(np.max, bulk),
+            "min_ess_tail": stat(np.min, tail),
+            "n_grad_warmup": self.n_grad_warmup,
+            "n_grad_sampling": self.n_grad_sampling,
+            "min_ess_per_grad": ratio(min_bulk, self.n_grad_sampling),
+            "min_ess_per_grad_total": ratio(min_bulk, grads_total),
+            "min_ess_per_s": ratio(min_bulk, self.time_sampling),
+            "min_ess_per_s_total": ratio(min_bulk, time_total),
+            "time_warmup": self.time_warmup,
+            "time_sampling": self.time_sampling,
+            "max_rhat": stat(np.max, rhat),
+            "divergences": int(np.sum(np.asarray(st["divergent"]) != 0)),
+            "accept_rate": float(np.mean(st["accept_stat"])) if st["accept_stat"].size
+            else math.nan,
+            "chains": self.chains,
+            "draws": self.n_draws,
+        }
+
+    def efficiency_line(self) -> str:
+        """``efficiency()`` as one human-readable line."""
+        e = self.efficiency()
+        return (f"{self.sampler or 'sampler'}: min ESS bulk {e['min_ess_bulk']:.0f} "
+                f"(median {e['median_ess_bulk']:.0f}), tail {e['min_ess_tail']:.0f}; "
+                f"{e['n_grad_sampling']} grads sampling + {e['n_grad_warmup']} warmup; "
+                f"min ESS/grad {e['min_ess_per_grad']:.4g} "
+                f"(incl. warmup {e['min_ess_per_grad_total']:.4g}); "
+                f"min ESS/s {e['min_ess_per_s']:.4g} "
+                f"(incl. warmup {e['min_ess_per_s_total']:.4g}); "
+                f"max R-hat {e['max_rhat']:.3f}; {e['divergences']} divergences; "
+                f"accept {e['accept_rate']:.3f}; {e['chains']}x{e['draws']} draws"
+                + (" [INCOMPLETE]" if self.incomplete else ""))
+
+    # ---- ArviZ -----------------------------------------------------------------------
+
+    def to_arviz(self) -> "arviz.InferenceData":  # noqa: F821
+        """InferenceData with ``posterior`` and ``sample_stats`` (and their warmup groups).
+
+        Flat columns ``a.i.j`` are gathered into one variable ``a`` with dims
+        ``a_dim_0, a_dim_1`` (sizes from the largest index), ``a[i, j]`` = column
+        ``a.i.j``; names that are not ``base.int.int...`` (tuples, complex numbers) stay
+        flat variables named by the column.  Statistics use ArviZ's names
+        (:data:`ARVIZ_STAT_NAMES`; ``diverging`` is boolean); others keep their names.
+        """
+        az = _arviz()
+        kw = {}
+        posterior = _gather(self.draws, self.param_names)
+        stats = _arviz_stats(self.sampler_stats)
+        if self.warmup_draws is not None:
+            kw["warmup_posterior"] = _gather(self.warmup_draws, self.param_names)
+        if self.warmup_sampler_stats is not None:
+            kw["warmup_sample_stats"] = _arviz_stats(self.warmup_sampler_stats)
+        attrs = {"sampler": self.sampler, "incomplete": int(self.incomplete)}
+        return az.from_dict(posterior=posterior, sample_stats=stats,
+                            save_warmup=bool(kw), attrs=attrs, **kw)
+
+    # ---- persistence -------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write everything (draws, statistics, totals, times, metadata) to one ``.npz``
+        (the suffix is added if missing).  :func:`load_fit` reads it back."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
+        arrays: dict[str, np.ndarray] = {"draws": self.draws}
+        if self.warmup_draws is not None:
+            arrays["warmup_draws"] = self.warmup_draws
+        for name, value in self.sampler_stats.items():
+            arrays[f"stat/{name}"] = value
+        for name, value in (self.warmup_sampler_stats or {}).items():
+            arrays[f"warmup_stat/{name}"] = value
+        header = {
+            "format": "ahmc_stan.Fit", "version": _FORMAT_VERSION,
+            "param_names": self.param_names, "n_params": self.n_params,
+            "stat_names": list(self.sampler_stats),
+            "warmup_stat_names": (None if self.warmup_sampler_stats is None
+                                  else list(self.warmup_sampler_stats)),
+            "n_grad_warmup": self.n_grad_warmup, "n_grad_sampling": self.n_grad_sampling,
+            "time_warmup": self.time_warmup, "time_sampling": self.time_sampling,
+            "sampler": self.sampler, "incomplete": self.incomplete,
+            "metadata": _to_json(self.metadata),
+        }
+        arrays["header"] = np.array(json.dumps(header))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+        return path
+
+
+def load_fit(path: str | os.PathLike) -> Fit:
+    """Read a :class:`Fit` written by :meth:`Fit.save`."""
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + ".npz").exists():
+        path = path.with_name(path.name + ".npz")
+    with np.load(path, allow_pickle=False) as z:
+        header = json.loads(str(z["header"]))
+        if header.get("format") != "ahmc_stan.Fit":
+            raise ValueError(f"{path} is not a saved ahmc_stan Fit")
+        stats = {n: z[f"stat/{n}"] for n in header["stat_names"]}
+        wnames = header["warmup_stat_names"]
+        wstats = None if wnames is None else {n: z[f"warmup_stat/{n}"] for n in wnames}
+        return Fit(
+            z["draws"], header["param_names"], stats, n_params=header["n_params"],
+            warmup_draws=z["warmup_draws"] if "warmup_draws" in z.files else None,
+            warmup_sampler_stats=wstats, n_grad_warmup=header["n_grad_warmup"],
+            n_grad_sampling=header["n_grad_sampling"], time_warmup=header["time_warmup"],
+            time_sampling=header["time_sampling"], sampler=header["sampler"],
+            metadata=_from_json(header["metadata"]), incomplete=header["incomplete"],
+        )
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+def _to_json(obj: Any) -> Any:
+    """A JSON-compatible copy; numpy arrays become tagged dicts that :func:`_from_json`
+    turns back into arrays (dtype and shape kept); non-finite floats survive as strings."""
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": _to_json(obj.tolist()), "dtype": obj.dtype.str,
+                "shape": list(obj.shape)}
+    if isinstance(obj, Mapping):
+        return {str(k): _to_json(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_to_json(v) for v in obj]}
+    if isinstance(obj, list):
+        return [_to_json(v) for v in obj]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        value = float(obj)
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    raise TypeError(f"metadata value {obj!r} of type {type(obj).__name__} is not "
+                    "JSON-serialisable")
+
+
+def _from_json(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if "__ndarray__" in obj:
+            return np.array(_from_json(obj["__ndarray__"]),
+                            dtype=np.dtype(obj["dtype"])).reshape(obj["shape"])
+        if "__tuple__" in obj:
+            return tuple(_from_json(v) for v in obj["__tuple__"])
+        if "__float__" in obj and len(obj) == 1:
+            return float(obj["__float__"])
+        return {k: _from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_json(v) for v in obj]
+    return obj
+
+
+_INDEXED = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)((?:\.\d+)+)$")
+
+
+def _gather(values: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    """``(chain, draw, column)`` → ArviZ dict: ``a.i.j`` columns into arrays ``a[i-1, j-1]``."""
+    groups: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    flat: dict[str, int] = {}
+    for col, name in enumerate(names):
+        m = _INDEXED.match(name)
+        if m:
+            idx = tuple(int(i) - 1 for i in m.group(2)[1:].split("."))
+            groups.setdefault(m.group(1), []).append((col, idx))
+        else:
+            flat[name] = col
+    out: dict[str, np.ndarray] = {}
+    for base, cols in groups.items():
+        ranks = {len(idx) for _, idx in cols}
+        shape = tuple(max(idx[d] for _, idx in cols) + 1 for d in range(min(ranks)))
+        if base in flat or len(ranks) != 1 or math.prod(shape) != len(cols) \
+                or len({idx for _, idx in cols}) != len(cols):
+            for col, _ in cols:  # not a full grid: keep the columns flat
+                out[names[col]] = values[:, :, col]
+            continue
+        arr = np.empty(values.shape[:2] + shape)
+        for col, idx in cols:
+            arr[(slice(None), slice(None)) + idx] = values[:, :, col]
+        out[base] = arr
+    for name, col in flat.items():
+        out[name] = values[:, :, col]
+    return out
+
+
+def _arviz_stats(stats: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, value in stats.items():
+        new = ARVIZ_STAT_NAMES.get(name, name)
+        if new != name and new in stats:  # a sampler's own statistic already has that name
+            new = name
+        out[new] = np.asarray(value).astype(bool) if new == "diverging" else value
+    return out
