@@ -149,8 +149,8 @@ struct log_density_functor {
 
 // out = M^-1 v for the inverse metric kinds of the sampler entry points: 0 identity,
 // 1 diagonal (a vector), 2 dense (row-major matrix).  `out` must not alias `v`.
-void apply_inv_metric(int metric, const double* inv_metric, const vector_d& v,
-                      vector_d& out) {
+void apply_inv_metric(int metric, const double* inv_metric,
+                      const Eigen::Ref<const vector_d>& v, Eigen::Ref<vector_d> out) {
   const Eigen::Index n = v.size();
   if (metric == 0) {
     out = v;
@@ -163,8 +163,8 @@ void apply_inv_metric(int metric, const double* inv_metric, const vector_d& v,
 }
 
 // Kinetic energy p' M^-1 p / 2, using `work` as scratch space.
-double kinetic_energy(int metric, const double* inv_metric, const vector_d& p,
-                      vector_d& work) {
+double kinetic_energy(int metric, const double* inv_metric,
+                      const Eigen::Ref<const vector_d>& p, Eigen::Ref<vector_d> work) {
   apply_inv_metric(metric, inv_metric, p, work);
   return 0.5 * p.dot(work);
 }
@@ -501,14 +501,13 @@ double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_r
 int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
                   const double* inv_metric, double* x, double* p, double* grad,
                   double* lp) {
+  static thread_local vector_d velocity;
+  velocity.resize(m->param_unc_num);
   const int n = m->param_unc_num;
-  Eigen::Map<vector_d> xv(x, n), gv(grad, n);
-  Eigen::Map<vector_d> pv(p, n);
-  vector_d momentum(n), velocity(n);
+  Eigen::Map<vector_d> xv(x, n), pv(p, n), gv(grad, n);
   for (int step = 0; step < n_steps; ++step) {
     pv += 0.5 * eps * gv;
-    momentum = pv;
-    apply_inv_metric(metric, inv_metric, momentum, velocity);
+    apply_inv_metric(metric, inv_metric, pv, velocity);
     xv += eps * velocity;
     if (ahmc_log_density_gradient(m, true, true, x, lp, grad) != 0) {
       *lp = -std::numeric_limits<double>::infinity();

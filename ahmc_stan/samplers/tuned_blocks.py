@@ -11,6 +11,7 @@ AHMC, ARMHMC and OHMC share this loop.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,7 +29,8 @@ class TuningOptions:
     """The tuner's constants (paper: k = 100, α = 4, κ = 0.2, δ = 0.1) and how it runs:
     ``block_size`` is m (default B/k, B the warmup iterations it tunes over); the
     acquisition is maximised over a grid of at most ``grid_points`` points
-    (``grid_resolution`` step sizes × the values of L) or by DIRECT
+    (``grid_resolution`` step sizes × the values of L, thinned evenly; with the kernel's
+    length scale at 0.2 of each box width, ~32 values per axis resolve the GP) or by DIRECT
     (``maximizer="direct"``); ``adapt_during_sampling=False`` freezes γ after warmup."""
 
     k: int = 100
@@ -38,8 +40,8 @@ class TuningOptions:
     block_size: int | None = None
     adapt_during_sampling: bool = True
     maximizer: str = "grid"
-    grid_points: int = 4000
-    grid_resolution: int = 64
+    grid_points: int = 1024
+    grid_resolution: int = 32
 
     def make_tuner(self, box: Box, rng: np.random.Generator, initial=None) -> BayesOptTuner:
         return BayesOptTuner(box, rng=rng, k=self.k, alpha=self.alpha, kappa=self.kappa,
@@ -70,21 +72,35 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
                      run_block: Callable[[dict, int, int], tuple[np.ndarray, np.ndarray]],
                      reward: Callable[[np.ndarray, np.ndarray, dict], float], *,
                      warmup: int, draws: int, options: TuningOptions, chain_start: float,
-                     progress: Callable[[int], None], callback: Callable | None = None
-                     ) -> None:
-    """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after)."""
+                     progress: Callable[[int], None], callback: Callable | None = None,
+                     seconds_per_call: float = 0.5) -> None:
+    """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after).
+
+    Consecutive blocks at which the tuner will not move γ (known in advance, see
+    :meth:`BayesOptTuner.updates_until_move`) run in one ``run_block`` call of about
+    ``seconds_per_call`` at most; each block's reward still reaches the tuner separately,
+    so the algorithm is unchanged and only the Python overhead per block goes.
+    """
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
+    seconds_per_iteration = 0.0
     while rec.n < warmup + draws:
         in_warmup = rec.n < warmup
         if not in_warmup and rec.sampling_start is None:
             rec.mark_sampling_start(chain_start)
             if not options.adapt_during_sampling:
                 tuner.freeze()
-        n_iter = min(m, (warmup if in_warmup else warmup + draws) - rec.n)
+        remaining = (warmup if in_warmup else warmup + draws) - rec.n
+        affordable = int(seconds_per_call / seconds_per_iteration) if seconds_per_iteration else m
+        n_blocks = tuner.updates_until_move(max(1, min(-(-remaining // m), affordable // m)))
+        n_iter = min(n_blocks * m, remaining)
         gamma = tuner.propose()
+        started = time.perf_counter()
         previous, positions = run_block(gamma, n_iter, 1 if in_warmup else 2)
+        seconds_per_iteration = (time.perf_counter() - started) / n_iter
         if not tuner.frozen:
-            tuner.update(gamma, reward(previous, positions, gamma))
+            for b in range(0, n_iter, m):
+                before = previous if b == 0 else positions[b - 1]
+                tuner.update(gamma, reward(before, positions[b:b + m], gamma))
         progress(rec.n)
         if callback is not None:
             callback(rec)

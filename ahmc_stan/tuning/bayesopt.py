@@ -250,6 +250,7 @@ class BayesOptTuner:
         self._s = 1.0
         self._r_max = -math.inf
         self._frozen = False
+        self._queued_u: list[float] = []  # uniforms drawn ahead by updates_until_move
         self.history: list[TunerRecord] = []
 
     # ------------------------------------------------------------------ state
@@ -303,7 +304,7 @@ class BayesOptTuner:
         if self._frozen:
             p, moved, nxt = 0.0, False, self._current
         else:
-            u = self.rng.random()                                      # line 9
+            u = self._queued_u.pop(0) if self._queued_u else self.rng.random()  # line 9
             p = float(self._schedule(i))                               # line 10
             moved = bool(u < p)
             if moved:                                                  # line 12
@@ -323,6 +324,23 @@ class BayesOptTuner:
                 next_gamma=self.box.to_dict(self._current),
             )
         )
+
+    def updates_until_move(self, n: int) -> int:
+        """How many of the next ``n`` updates run up to and including the first that will
+        move γ (``n`` if none will, or if frozen).
+
+        The uniforms those updates use are drawn now and queued, so the answer is exact and
+        the proposals are the ones the tuner would make anyway: a sampler may run all those
+        blocks at the current γ in one go and then report their rewards one by one.
+        """
+        if self._frozen:
+            return n
+        while len(self._queued_u) < n:
+            self._queued_u.append(self.rng.random())
+        for j in range(n):
+            if self._queued_u[j] < self._schedule(self._i + 1 + j):
+                return j + 1
+        return n
 
     def best(self) -> dict[str, Any]:
         """The tried γ with the highest posterior mean (the current γ if nothing is observed)."""
