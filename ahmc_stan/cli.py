@@ -89,8 +89,52 @@ def _nuts(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- sample ------------------------------------------------------------------------------
+
+def _parse_option(text: str):
+    """``name=value`` with value parsed as a Python literal when it is one."""
+    import ast
+
+    name, _, value = text.partition("=")
+    try:
+        return name.replace("-", "_"), ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name.replace("-", "_"), value
+
+
+def _sample_args(parser: argparse.ArgumentParser) -> None:
+    add_model_args(parser)
+    add_run_args(parser)
+    parser.add_argument("--sampler", default="ahmc",
+                        help="one of ahmc_stan.sampling.SAMPLERS (default ahmc)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a sampler option, e.g. --option metric=identity "
+                             "--option 'box=((0.01, 0.2), (1, 100))' (repeatable)")
+    parser.add_argument("--tuning-figure", metavar="PNG", default=None,
+                        help="write the tuner's reward surface and trace to this file")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from .sampling import tune_and_sample
+
+    model = load_model(args)
+    options = dict(_parse_option(o) for o in args.option)
+    fit = tune_and_sample(model, sampler=args.sampler, chains=args.chains,
+                          warmup=args.warmup, draws=args.draws, seed=args.seed,
+                          progress=not args.no_progress, **options)
+    report(fit, args)
+    if fit.incomplete:
+        print("(interrupted: the fit holds the draws made so far)")
+    if args.tuning_figure:
+        fit.plot_tuning(path=args.tuning_figure)
+        print(f"wrote {args.tuning_figure}")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "nuts": Command("sample with CmdStan's NUTS (the baseline)", _nuts_args, _nuts),
+    "sample": Command("tune and sample with one of our samplers", _sample_args, _sample),
 }
 
 

@@ -318,6 +318,19 @@ class Fit:
 
     # ---- persistence -------------------------------------------------------------------
 
+    def plot_tuning(self, chain: int = 0, path=None):
+        """The tuner's GP reward surface over Γ with the tried points, and the reward
+        trace (see :func:`ahmc_stan.plots.plot_tuning`)."""
+        from .plots import plot_tuning
+
+        return plot_tuning(self, chain, path)
+
+    def plot_trace(self, var_names=None, kind: str = "trace", path=None):
+        """ArviZ trace or rank plot (``kind="rank_bars"``)."""
+        from .plots import plot_trace
+
+        return plot_trace(self, var_names, kind, path)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Write everything (draws, statistics, totals, times, metadata) to one ``.npz``
         (the suffix is added if missing).  :func:`load_fit` reads it back."""

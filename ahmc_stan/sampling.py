@@ -31,8 +31,41 @@ def _ahmc():
     return ahmc.run_chain
 
 
+def _baseline(name: str):
+    def load():
+        from .samplers import baselines
+
+        return getattr(baselines, f"run_{name}")
+    return load
+
+
+def _gad(name: str):
+    def load():
+        from .samplers import gad
+
+        return getattr(gad, f"run_{name}")
+    return load
+
+
+def _module(module: str, function: str = "run_chain"):
+    """Loader of ``samplers.<module>.<function>`` (OHMC, SVHMC, OSVHMC)."""
+    def load():
+        import importlib
+
+        return getattr(importlib.import_module(f".samplers.{module}", __package__), function)
+    return load
+
+
 #: Sampler name -> a function returning its ``run_chain`` (imported on first use).
-SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {"ahmc": _ahmc}
+SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
+    "ahmc": _ahmc,
+    "rwm": _baseline("rwm"), "mala": _baseline("mala"), "am": _baseline("am"),
+    "hmc": _baseline("hmc"),
+    "gadrwm": _gad("gadrwm"), "gadmala": _gad("gadmala"),
+    "gadmala_exact": _gad("gadmala_exact"),
+    "ohmc": _module("ohmc"), "svhmc": _module("svhmc", "run_svhmc"),
+    "osvhmc": _module("svhmc", "run_osvhmc"),
+}
 
 
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
@@ -42,7 +75,10 @@ def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
              init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
              options: dict) -> ChainResult:
-    """One chain, in this process or a worker."""
+    """One chain, in this process or a worker.  BLAS runs single-threaded inside a chain:
+    chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
+    oversubscribes the cores — ten times slower on a loaded machine."""
+    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     run_chain = SAMPLERS[sampler]()
@@ -51,8 +87,9 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
     bar = tqdm(total=warmup + draws, desc=f"{sampler} chain {chain + 1}", position=chain,
                disable=not progress, leave=True, mininterval=0.5)
     try:
-        return run_chain(model, rng, x0, warmup, draws, lambda n: bar.update(n - bar.n),
-                         **options)
+        with threadpool_limits(limits=1, user_api="blas"):
+            return run_chain(model, rng, x0, warmup, draws, lambda n: bar.update(n - bar.n),
+                             **options)
     finally:
         bar.close()
 

@@ -110,7 +110,8 @@ def tuning_extras(tuner: BayesOptTuner | None) -> dict:
     """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata."""
     if tuner is None:
         return {"box": None, "tuning_history": []}
-    return {"box": [(d.name, d.low, d.high) for d in tuner.box.dims],
+    return {"box": [(d.name, d.low, d.high, d.integer) for d in tuner.box.dims],
+            "gp": {"kappa": tuner.kappa, "noise_var": tuner.gp.noise_var},
             "tuning_history": [{"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
                                 "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}
                                for r in tuner.history]}
