@@ -39,7 +39,7 @@ from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_reward, run_tuned_blocks,
                            tuning_extras)
 
-__all__ = ["run_chain", "default_box", "esjd_reward"]
+__all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "default_box", "esjd_reward"]
 
 
 def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
@@ -53,17 +53,22 @@ def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
 
 
-def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int) -> None:
+def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra) -> None:
+    """Record a block; a kernel with more per-iteration statistics (RMHMC's Hessian
+    counts) exposes them as ``info.extra_stats``."""
+    extra = {**getattr(info, "extra_stats", {}), **extra}
     rec.add(info.positions, accept_stat=info.acceptance_rate, n_grad=info.num_grad,
             divergent=info.is_divergent, step_size=params.step_size,
             num_steps_max=params.num_steps, num_steps=info.num_steps, energy=info.energy,
-            lp=info.logdensity, phase=phase)
+            lp=info.logdensity, phase=phase, **extra)
 
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
-    """Phase 1: dual averaging of ε at a path length of ~1 and Stan's metric windows."""
+    """Phase 1: dual averaging of ε at a path length of ~1 and Stan's metric windows
+    (none when ``metric`` is an array: a fixed inverse metric)."""
     dims = len(state.position)
-    inv_metric = None if metric == "identity" else (
+    fixed = isinstance(metric, np.ndarray)
+    inv_metric = metric if fixed else None if metric == "identity" else (
         np.ones(dims) if metric == "diag" else np.eye(dims))
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
@@ -72,7 +77,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
 
     eps = initial_step_size(log_accept) if n_iter else 1.0
     averager = DualAveraging(eps)
-    windows = dict(adaptation_windows(n_iter)) if inv_metric is not None else {}
+    windows = dict(adaptation_windows(n_iter)) if inv_metric is not None and not fixed else {}
     window_start = {end: start for start, end in windows.items()}
     for it in range(n_iter):
         n_steps = int(np.clip(round(2.0 / eps), 1, max_num_steps))
@@ -89,6 +94,22 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
     return state, inv_metric, (averager.final if n_iter else None)
 
 
+def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
+               rec: ChainRecorder) -> Callable:
+    """AHMC's ``run_block(gamma, n_iter, phase)``: ``n_iter`` HMC iterations at γ in one
+    C++ call, recorded in ``rec``; returns (position before the block, positions)."""
+    def run_block(gamma, n_iter, phase):
+        nonlocal state
+        params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
+                               inv_metric)
+        previous = state.position
+        state, info = kernel.run(rng, state, params, n_iter)
+        _record(rec, info, params, phase)
+        return previous, info.positions
+
+    return run_block
+
+
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
               progress: Callable[[int], None], *, metric: str = "diag", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
@@ -99,15 +120,36 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
     ``callback(recorder)`` runs after every block.
     """
-    if metric not in ("identity", "diag", "dense"):
-        raise ValueError(f"metric must be 'identity', 'diag' or 'dense', not {metric!r}")
+    return run_tuned_chain(model, rng, x0, warmup, draws, progress, hmc_blocks, HMC_STATS,
+                           metric=metric, box=box, scale_fraction=scale_fraction,
+                           max_num_steps=max_num_steps, callback=callback, **tuning)
+
+
+def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
+                    draws: int, progress: Callable[[int], None], make_blocks: Callable,
+                    stat_names=HMC_STATS, *, metric: str = "diag", box=None,
+                    scale_fraction: float | None = None, max_num_steps: int = 1000,
+                    callback: Callable | None = None, kernel=None, **tuning) -> ChainResult:
+    """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
+    sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
+    once after the scale phase, returns the sampler's ``run_block`` (see
+    :func:`hmc_blocks`); ``stat_names`` are the statistics it records.
+
+    ``kernel`` (default ``HMCKernel(model.kernel)``) runs the scale phase: anything with
+    HMCKernel's ``init``/``step`` taking :class:`HMCParameters` (ARMHMC passes its RMHMC
+    kernel with ``metric="identity"``).  ``metric`` may also be an array, a fixed inverse
+    metric (vector: diagonal, matrix: dense) of which only ε* is adapted."""
+    fixed_metric = isinstance(metric, np.ndarray)
+    if not fixed_metric and metric not in ("identity", "diag", "dense"):
+        raise ValueError(f"metric must be 'identity', 'diag', 'dense' or an array, not {metric!r}")
+    adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
-    kernel = HMCKernel(model.kernel)
+    kernel = HMCKernel(model.kernel) if kernel is None else kernel
     state = kernel.init(x0)
-    rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
+    rec = ChainRecorder(len(x0), warmup + draws, list(stat_names))
     if scale_fraction is None:
-        scale_fraction = 0.0 if (metric == "identity" and box is not None) else (
-            0.2 if metric == "identity" else 0.5)
+        scale_fraction = 0.0 if (not adapt_metric and box is not None) else (
+            0.5 if adapt_metric else 0.2)
     n_scale = int(round(scale_fraction * warmup))
     if box is None and n_scale == 0:
         raise ValueError("with scale_fraction=0 a box must be given")
@@ -124,16 +166,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                        "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
                                                 box.dims[1].high))}
         tuner = options.make_tuner(box, rng, initial)
-
-        def run_block(gamma, n_iter, phase):
-            nonlocal state
-            params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
-                                   inv_metric)
-            previous = state.position
-            state, info = kernel.run(rng, state, params, n_iter)
-            _record(rec, info, params, phase)
-            return previous, info.positions
-
+        run_block = make_blocks(kernel, rng, state, inv_metric, rec)
         reward = lambda previous, positions, gamma: esjd_reward(
             previous, positions, int(gamma["num_steps"]), inv_metric)
         run_tuned_blocks(tuner, rec, run_block, reward, warmup=warmup, draws=draws,

@@ -11,7 +11,6 @@ AHMC, ARMHMC and OHMC share this loop.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,10 +30,12 @@ class TuningOptions:
     acquisition is maximised over a grid of at most ``grid_points`` points
     (``grid_resolution`` step sizes × the values of L, thinned evenly; with the kernel's
     length scale at 0.2 of each box width, ~32 values per axis resolve the GP) or by DIRECT
-    (``maximizer="direct"``); ``adapt_during_sampling=False`` freezes γ after warmup."""
+    (``maximizer="direct"``); ``adapt_during_sampling=False`` freezes γ after warmup.
+    ``schedule``/``lam`` and ``alpha=None`` select the thesis variant (Wang 2012, §3.3:
+    ``p_i = exp(−λ(i−1))``, no reward scale), see :class:`BayesOptTuner`."""
 
     k: int = 100
-    alpha: float = 4.0
+    alpha: float | None = 4.0
     kappa: float = 0.2
     delta: float = 0.1
     block_size: int | None = None
@@ -42,10 +43,16 @@ class TuningOptions:
     maximizer: str = "grid"
     grid_points: int = 1024
     grid_resolution: int = 32
+    #: Blocks the tuner will not move between run in one call of at most about this many
+    #: leapfrog steps (deterministic, so the same seed gives the same draws).
+    max_call_steps: int = 20000
+    schedule: str = "ahmc"
+    lam: float = 0.01
 
     def make_tuner(self, box: Box, rng: np.random.Generator, initial=None) -> BayesOptTuner:
         return BayesOptTuner(box, rng=rng, k=self.k, alpha=self.alpha, kappa=self.kappa,
                              delta=self.delta, initial=initial, maximizer=self.maximizer,
+                             schedule=self.schedule, lam=self.lam,
                              grid_points=self.grid_points,
                              grid_resolution=self.grid_resolution)
 
@@ -73,16 +80,23 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
                      reward: Callable[[np.ndarray, np.ndarray, dict], float], *,
                      warmup: int, draws: int, options: TuningOptions, chain_start: float,
                      progress: Callable[[int], None], callback: Callable | None = None,
-                     seconds_per_call: float = 0.5) -> None:
+                     unit_steps: Callable[[dict], float] | None = None) -> None:
     """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after).
 
     Consecutive blocks at which the tuner will not move γ (known in advance, see
-    :meth:`BayesOptTuner.updates_until_move`) run in one ``run_block`` call of about
-    ``seconds_per_call`` at most; each block's reward still reaches the tuner separately,
-    so the algorithm is unchanged and only the Python overhead per block goes.
+    :meth:`BayesOptTuner.updates_until_move`) run in one ``run_block`` call of at most
+    ``options.max_call_steps`` leapfrog steps, a unit at γ costing ``unit_steps(γ)``
+    (default the mean ``(L + 1)/2`` of ``L_r ~ U{1..L}``); each block's reward still
+    reaches the tuner separately, so the algorithm is unchanged and only the Python
+    overhead per block goes.  The cap is a count, not a measured time: how iterations are
+    grouped decides the order of the random draws, so it must not depend on timing.
+
+    ``run_block`` returns one entry of ``positions`` per unit it ran, and may return fewer
+    than asked when the chain is full.  A unit is an iteration for AHMC; for the GP bandit
+    (:mod:`.bandit`, ``block_size=1``) it is a whole super-transition, and ``rec.n``
+    counts super-transitions or the chain's iterations.
     """
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
-    seconds_per_iteration = 0.0
     while rec.n < warmup + draws:
         in_warmup = rec.n < warmup
         if not in_warmup and rec.sampling_start is None:
@@ -90,15 +104,15 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
             if not options.adapt_during_sampling:
                 tuner.freeze()
         remaining = (warmup if in_warmup else warmup + draws) - rec.n
-        affordable = int(seconds_per_call / seconds_per_iteration) if seconds_per_iteration else m
+        gamma = tuner.propose()
+        per_unit = (unit_steps(gamma) if unit_steps is not None
+                    else (int(gamma.get("num_steps", 1)) + 1) / 2)
+        affordable = max(m, int(options.max_call_steps / max(per_unit, 1e-12)))
         n_blocks = tuner.updates_until_move(max(1, min(-(-remaining // m), affordable // m)))
         n_iter = min(n_blocks * m, remaining)
-        gamma = tuner.propose()
-        started = time.perf_counter()
         previous, positions = run_block(gamma, n_iter, 1 if in_warmup else 2)
-        seconds_per_iteration = (time.perf_counter() - started) / n_iter
         if not tuner.frozen:
-            for b in range(0, n_iter, m):
+            for b in range(0, len(positions), m):
                 before = previous if b == 0 else positions[b - 1]
                 tuner.update(gamma, reward(before, positions[b:b + m], gamma))
         progress(rec.n)
