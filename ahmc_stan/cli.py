@@ -132,9 +132,88 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- compare -------------------------------------------------------------------------------
+# One subcommand, two forms: ``compare --suite paper [...]`` runs the papers' experiments
+# (ahmc_stan.suite); ``compare MODEL.stan --data ... --samplers ahmc,nuts`` compares
+# samplers on one model (compare_model).
+
+def _compare_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", metavar="MODEL.stan", default=None,
+                        help="single-model mode: the Stan program")
+    parser.add_argument("--data", metavar="DATA.json", default=None,
+                        help="single-model mode: data in Stan's JSON format")
+    parser.add_argument("--samplers", default=None, metavar="A,B,...",
+                        help="comma-separated samplers (NUTS always runs in suite mode)")
+    single = parser.add_argument_group("single-model mode")
+    single.add_argument("--chains", type=int, default=4, help="chains (default 4)")
+    single.add_argument("--warmup", type=int, default=1000, help="warmup iterations (1000)")
+    single.add_argument("--draws", type=int, default=1000, help="kept iterations (1000)")
+    single.add_argument("--seed", type=int, default=None, help="random seed")
+    single.add_argument("--csv", metavar="TABLE.csv", default=None,
+                        help="also write the comparison table as CSV")
+    suite = parser.add_argument_group("suite mode")
+    suite.add_argument("--suite", choices=["paper"], default=None,
+                       help="run a suite of experiments instead of one model")
+    suite.add_argument("--quick", action="store_true",
+                       help="the quick configuration (comparisons/README.md)")
+    suite.add_argument("--repeats", type=int, default=1,
+                       help="independent runs per model and sampler (default 1)")
+    suite.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                       help="run the jobs on this dask.distributed scheduler")
+    suite.add_argument("--workers", type=int, default=None,
+                       help="local worker processes (default: all cores)")
+    suite.add_argument("--out", metavar="DIR", default="comparisons/results",
+                       help="results folder (a quick/ or full/ subfolder is written)")
+
+
+def compare_model(args: argparse.Namespace) -> int:
+    """Single-model comparison (``compare MODEL.stan --data D.json --samplers ahmc,nuts``):
+    every sampler on the same model, data, chains, iterations and seed; prints the
+    ``compare`` table ranked by ESS per gradient, with ratios to NUTS."""
+    from .comparison import compare, to_markdown
+    from .nuts import run_nuts
+    from .sampling import tune_and_sample
+
+    model = load_model(args)
+    names = [s.strip() for s in (args.samplers or "ahmc,nuts").split(",") if s.strip()]
+    run = dict(chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed)
+    fits = {}
+    for name in names:
+        fits[name] = (run_nuts(model, **run) if name.lower() == "nuts"
+                      else tune_and_sample(model, sampler=name, progress=False, **run))
+        print(fits[name].efficiency_line())
+    table = compare(fits)
+    print()
+    print(to_markdown(table, columns=[c for c in (
+        "min_ess_bulk", "median_ess_bulk", "min_ess_per_grad", "min_ess_per_grad_total",
+        "min_ess_per_s", "min_ess_per_grad / NUTS", "min_ess_per_s / NUTS", "max_rhat",
+        "divergences") if c in table.columns]))
+    if args.csv:
+        table.to_csv(args.csv)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if (args.suite is None) == (args.model is None):
+        raise ValueError("give exactly one of --suite NAME and MODEL.stan")
+    if args.suite is None:
+        return compare_model(args)
+    from .suite import run_suite
+
+    samplers = [s.strip() for s in args.samplers.split(",") if s.strip()] \
+        if args.samplers else None
+    run_suite(args.suite, quick=args.quick, samplers=samplers, repeats=args.repeats,
+              out_dir=args.out, client=args.scheduler, workers=args.workers,
+              command="ahmc-stan " + " ".join(sys.argv[1:]))
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "nuts": Command("sample with CmdStan's NUTS (the baseline)", _nuts_args, _nuts),
     "sample": Command("tune and sample with one of our samplers", _sample_args, _sample),
+    "compare": Command("compare samplers with NUTS: the papers' suite (--suite) or one "
+                       "model", _compare_args, _compare),
 }
 
 

@@ -1,0 +1,157 @@
+"""The papers' suite (ahmc_stan.suite, ahmc_stan.datasets): models, data, runner, Dask."""
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ahmc_stan import StanModel, datasets
+from ahmc_stan.suite import STAN_MODELS, experiments, job_seed, predictive_mse, run_suite
+
+#: Smaller data for the gradient check of the expensive models (same programs).
+SMALL = {"sv": lambda: datasets.stochastic_volatility_data(T=50, seed=2),
+         "lgcp": lambda: datasets.lgcp_data(d=6, seed=2)}
+
+#: Tiny runs: the smoke configuration of the runner tests.
+SMOKE = dict(quick=True, only=["gauss2d"], samplers=["ahmc"], iterations=(150, 150),
+             chains=2, seed=7)
+
+
+def _fd_gradient(model, x, h=1e-6):
+    grad = np.empty_like(x)
+    for i in range(len(x)):
+        e = np.zeros_like(x)
+        e[i] = h
+        grad[i] = (model.log_density(x + e) - model.log_density(x - e)) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize("name", sorted(experiments()))
+def test_suite_model_gradient_matches_finite_differences(name):
+    exp = experiments()[name]
+    data = SMALL[name]() if name in SMALL else exp.data(False)
+    model = StanModel(STAN_MODELS / exp.stan_file, data)
+    x = model.initial_point(np.random.default_rng(11)) * 0.5
+    lp, grad = model.log_density_gradient(x)
+    assert np.isfinite(lp)
+    fd = _fd_gradient(model, x)
+    scale = np.maximum(1.0, np.abs(grad))
+    np.testing.assert_array_less(np.abs(grad - fd) / scale, 1e-4)
+
+
+@pytest.mark.cmdstan
+@pytest.mark.parametrize("stan_file", sorted({e.stan_file for e in experiments().values()}))
+def test_suite_model_compiles_with_cmdstan_stanc(stan_file, tmp_path):
+    from ahmc_stan.cmdstan_setup import ensure_cmdstan
+
+    stanc = Path(ensure_cmdstan()) / "bin" / "stanc"
+    proc = subprocess.run([str(stanc), str(STAN_MODELS / stan_file),
+                           f"--o={tmp_path / 'm.hpp'}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: datasets.simulate_stochastic_volatility(T=300, seed=s),
+    lambda s: datasets.simulate_lgcp(d=8, seed=s),
+] + ([lambda s: (datasets.robot_arm_data(seed=s),)]
+     if hasattr(datasets, "robot_arm_data") else []))
+def test_generators_are_deterministic_under_a_seed(make):
+    def arrays(out):
+        return [np.asarray(v, dtype=float) for part in out
+                for v in (part.values() if isinstance(part, dict) else [part])]
+
+    a, b, c = arrays(make(5)), arrays(make(5)), arrays(make(6))
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    assert any(u.shape != w.shape or not np.array_equal(u, w) for u, w in zip(a, c))
+
+
+@pytest.mark.parametrize("load, n, k", [(datasets.pima_data, 532, 7),
+                                        (datasets.ripley_data, 250, 2),
+                                        (datasets.caravan_data, 5822, 85),
+                                        (datasets.breast_cancer_data, 569, 30)])
+def test_real_datasets_shapes_and_standardisation(load, n, k):
+    d = load()
+    assert (d["N"], d["K"]) == (n, k) and np.shape(d["X"]) == (n, k)
+    np.testing.assert_allclose(np.mean(d["X"], axis=0), 0, atol=1e-10)
+    np.testing.assert_allclose(np.std(d["X"], axis=0), 1, atol=1e-10)
+    assert set(np.unique(d["y"])) == {0, 1}
+
+
+def test_lgcp_generator_draws_from_its_model():
+    """Counts have the model's mean: E y = Σ area·exp(x); x the returned field."""
+    data, x = datasets.simulate_lgcp(d=32, seed=3)
+    expected = np.sum(data["area"] * np.exp(x))
+    assert abs(np.sum(data["y"]) - expected) < 4 * np.sqrt(expected)
+    np.testing.assert_allclose(data["L"] @ data["L"].T, datasets.lgcp_covariance(32),
+                               atol=1e-10)
+
+
+def test_job_seed_depends_only_on_its_arguments():
+    assert job_seed(1, "pima", "ahmc", 0) == job_seed(1, "pima", "ahmc", 0)
+    seeds = {job_seed(1, e, s, r) for e in ("pima", "sv") for s in ("ahmc", "nuts")
+             for r in (0, 1)}
+    assert len(seeds) == 8
+
+
+def test_predictive_mse_uses_the_posterior_mean_prediction():
+    from ahmc_stan.fit import Fit
+
+    y_test = np.array([[1.0, 2.0], [3.0, 4.0]])
+    names = [f"y_pred.{i}.{j}" for j in (1, 2) for i in (1, 2)]  # column-major
+    draws = np.zeros((2, 3, 4))
+    draws[..., 0], draws[..., 1], draws[..., 2], draws[..., 3] = 1.0, 3.0, 2.0, 4.0
+    draws[0, :, 0] += 0.5  # mean of y_pred.1.1 becomes 1.25
+    stats = {k: np.zeros((2, 3)) for k in ("accept_stat", "step_size", "n_grad", "divergent")}
+    fit = Fit(draws, names, stats)
+    assert predictive_mse(fit, y_test) == pytest.approx(0.25**2 / 2)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite")
+    return run_suite(out_dir=out, log=None, **SMOKE)
+
+
+@pytest.mark.cmdstan
+@pytest.mark.slow
+def test_runner_writes_the_tables(smoke):
+    target = smoke["out_dir"]
+    for name in ("jobs.csv", "chains.csv", "summary.md", "run.json", "sensitivity.png"):
+        assert (target / name).exists(), name
+    jobs = smoke["jobs"]
+    assert list(jobs["sampler"]) == ["ahmc", "nuts"] and (jobs["error"] == "").all()
+    for column in ("min_ess_per_grad", "min_ess_per_grad_total", "min_ess_per_s",
+                   "min_ess_per_s_total", "median_ess_per_grad", "max_rhat", "seed"):
+        assert jobs[column].notna().all(), column
+    head = smoke["tables"]["efficiency:gauss2d"].splitlines()[0]
+    for column in ("min_ess_per_grad", "per grad / NUTS", "per s / NUTS", "max_rhat"):
+        assert column in head
+    assert len(smoke["chains"]) == 4  # 2 samplers × 2 chains
+    assert "| 0.16 | 40 |" in smoke["tables"]["sensitivity"]
+
+
+@pytest.mark.cmdstan
+@pytest.mark.slow
+def test_dask_path_gives_the_same_table(smoke, tmp_path):
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        dask = run_suite(out_dir=tmp_path, log=None, client=client, figures=False,
+                         **SMOKE)
+    timing = ["min_ess_per_s", "min_ess_per_s_total", "time_warmup", "time_sampling",
+              "wall_seconds"]
+    local = smoke["jobs"].drop(columns=timing)
+    remote = dask["jobs"].drop(columns=timing)
+    assert local.equals(remote), (local.T, remote.T)
+    assert smoke["chains"].equals(dask["chains"])
+
+
+def test_compare_cli_takes_exactly_one_of_suite_and_model(capsys):
+    from ahmc_stan.cli import main
+
+    assert main(["compare"]) == 1
+    assert main(["compare", "model.stan", "--suite", "paper"]) == 1
+    assert "exactly one of --suite" in capsys.readouterr().err
