@@ -168,7 +168,14 @@ def lgcp_data(d: int = 32, seed: int = 1) -> dict:
 
 # ---- robot arm (Wang 2012 thesis section 4.1; MacKay 1992; Neal 1996) ----------------------
 
-__all__ += ["robot_arm_data"]
+__all__ += ["robot_arm_function", "robot_arm_data"]
+
+
+def robot_arm_function(x: np.ndarray) -> np.ndarray:
+    """The noise-free arm position (thesis eqs. 4.1–4.2) at joint angles ``x`` (rows)."""
+    x1, x12 = x[:, 0], x[:, 0] + x[:, 1]
+    return np.column_stack([2.0 * np.cos(x1) + 1.3 * np.cos(x12),
+                            2.0 * np.sin(x1) + 1.3 * np.sin(x12)])
 
 
 def robot_arm_data(seed: int = 1, n_train: int = 200, n_test: int = 200,
@@ -185,9 +192,7 @@ def robot_arm_data(seed: int = 1, n_train: int = 200, n_test: int = 200,
     x1 = rng.choice([-1.0, 1.0], size=n) * rng.uniform(0.453, 1.932, size=n)
     x2 = rng.uniform(0.534, 3.142, size=n)
     x = np.column_stack([x1, x2])
-    y = np.column_stack([2.0 * np.cos(x1) + 1.3 * np.cos(x1 + x2),
-                         2.0 * np.sin(x1) + 1.3 * np.sin(x1 + x2)])
-    y = y + rng.normal(0.0, noise_sd, size=y.shape)
+    y = robot_arm_function(x) + rng.normal(0.0, noise_sd, size=(n, 2))
     return {"H": int(hidden), "N": n_train, "x": x[:n_train], "y": y[:n_train],
             "N_test": n_test, "x_test": x[n_train:], "y_test": y[n_train:],
             "omega": float(omega), "alpha": float(alpha), "bias_out_sd": float(bias_out_sd)}

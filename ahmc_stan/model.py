@@ -198,6 +198,30 @@ class StanModel:
         return self._call(self.bridge.log_density_hessian_vector_product, self._point(x),
                           self._point(v), propto=propto, jacobian=jacobian)
 
+    def log_density_tr_hessian_grad(self, x, M) -> np.ndarray:
+        """Gradient of ``x ↦ tr(M ∇²log p(x))``: ``g_i = tr(M ∂(∇²log p)/∂x_i)``, the third
+        derivative contraction of Riemann-manifold HMC (Girolami & Calderhead 2011, eq. 15;
+        Betancourt 2013, SoftAbs gradient).  Jacobian included; differences of exact
+        Hessians (see :meth:`DensityKernel.third_derivatives`)."""
+        x = self._point(x)
+        M = np.ascontiguousarray(M, dtype=float)
+        if M.shape != (self.dims, self.dims):
+            raise ValueError(f"M must have shape ({self.dims}, {self.dims}), got {M.shape}")
+        out = np.empty(self.dims)
+        if not self.kernel.tr_hessian_grad(x, M, out):
+            raise DensityError("the model threw or a derivative is not finite near this point")
+        return out
+
+    def log_density_third_derivatives(self, x, method: str = "hessian") -> np.ndarray:
+        """The symmetric tensor ``T[l, j, k] = ∂³log p / ∂x_l ∂x_j ∂x_k`` (Jacobian
+        included) by differences of exact Hessians or gradients
+        (:meth:`DensityKernel.third_derivatives`)."""
+        x = self._point(x)
+        out = np.empty((self.dims,) * 3)
+        if not self.kernel.third_derivatives(x, out, method):
+            raise DensityError("the model threw or a derivative is not finite near this point")
+        return out
+
 
 def _rebuild_model(stan_file, data_json, seed, stanc_args, include_paths) -> StanModel:
     return StanModel(stan_file, data_json or None, seed=seed, stanc_args=stanc_args,
@@ -325,3 +349,57 @@ class DensityKernel:
             raise RuntimeError("this library was not built by ahmc-stan")
         x = np.ascontiguousarray(x, dtype=float)
         return self._seconds(self._handle, x.ctypes.data, n_reps)
+
+    # ---- second and third derivatives (Riemann-manifold HMC) -----------------------------
+
+    #: Relative steps of the finite differences behind the third derivatives
+    #: (``ahmc_bridge.cpp``): of exact Hessians, ≈ eps^(1/3), error ≈ 1e-10 relative; of
+    #: exact gradients (second differences), ≈ eps^(1/4), error ≈ 1e-7 relative.
+    third_derivative_steps = {"hessian": 6e-6, "gradient": 1.2e-4}
+
+    def _riemann_entry(self, name: str, argtypes: list):
+        """A ctypes entry point of the C layer, bound on first use."""
+        cache = self.__dict__.setdefault("_riemann_fns", {})
+        if name not in cache:
+            if not self.native:
+                raise RuntimeError("Riemann-manifold HMC needs a library built by ahmc-stan "
+                                   "(unset BRIDGESTAN)")
+            fn = getattr(self._model.bridge.stanlib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = argtypes
+            cache[name] = fn
+        return cache[name]
+
+    def log_density_hessian(self, x: np.ndarray, grad_out: np.ndarray,
+                            hess_out: np.ndarray) -> float:
+        """Write the gradient and the Hessian (C-contiguous ``(dims, dims)``) at ``x`` into
+        the buffers and return the log density, all in one autodiff pass
+        (``ahmc_log_density_hessian``); ``-inf`` where the model throws or a result is not
+        finite."""
+        fn = self._riemann_entry("ahmc_log_density_hessian", [_ptr] * 5)
+        if fn(self._handle, x.ctypes.data, self._lp_ptr, grad_out.ctypes.data,
+              hess_out.ctypes.data):
+            return -np.inf
+        return self._lp.value
+
+    def third_derivatives(self, x: np.ndarray, out: np.ndarray, method: str = "hessian"
+                          ) -> bool:
+        """Write ``T[l, j, k] = ∂³log p/∂x_l∂x_j∂x_k`` (C-contiguous ``(dims,)*3``) into
+        ``out``; False where the model throws or a result is not finite.  The model
+        interface offers no third-order autodiff type, so: ``method="hessian"``, central
+        differences of autodiff Hessians (2·dims Hessians, ~1e-10 relative error), or
+        ``"gradient"``, second differences of autodiff gradients (2·dims² + 1 gradients,
+        ~1e-7, several times cheaper); symmetrised."""
+        fn = self._riemann_entry("ahmc_third_derivatives",
+                                 [_ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
+        code = {"hessian": 0, "gradient": 1}[method]
+        return fn(self._handle, x.ctypes.data, code, self.third_derivative_steps[method],
+                  out.ctypes.data) == 0
+
+    def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray) -> bool:
+        """Write ``tr(M ∂(∇²log p)/∂x_l)`` for every l into ``out`` (``M`` C-contiguous
+        ``(dims, dims)``); False where the model throws or a result is not finite."""
+        fn = self._riemann_entry("ahmc_log_density_tr_hessian_grad",
+                                 [_ptr, _ptr, _ptr, ctypes.c_double, _ptr])
+        return fn(self._handle, x.ctypes.data, M.ctypes.data,
+                  self.third_derivative_steps["hessian"], out.ctypes.data) == 0

@@ -65,6 +65,8 @@ SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
     "gadmala_exact": _gad("gadmala_exact"),
     "ohmc": _module("ohmc"), "svhmc": _module("svhmc", "run_svhmc"),
     "osvhmc": _module("svhmc", "run_osvhmc"),
+    "armhmc": _module("armhmc"), "rmhmc": _module("armhmc", "run_fixed_chain"),
+    "bandit": _module("bandit"),  # GP-bandit HMC, super-transitions (Wang 2012, Alg. 3)
 }
 
 

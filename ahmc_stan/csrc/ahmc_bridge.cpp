@@ -560,3 +560,196 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
 }
 
 }  // extern "C"
+
+// ---------------------------------------------------------------------------------------
+// Second and third derivatives for Riemann-manifold HMC (ahmc_stan/riemann.py).
+//
+// Third derivatives: a model reached through `stan::model::model_base` has log_prob
+// overloads for double, var and fvar<var> only (STAN_MODEL_FVAR_VAR), so the
+// fvar<fvar<var>> evaluation that `stan::math::grad_tr_mat_times_hessian` needs does not
+// exist in this translation unit.  The third derivatives are therefore finite differences
+// of exact autodiff derivatives, with steps h = rel_step * max(1, |x_l|):
+//   method 0, central differences of Hessians,  d_l H ~ (H(x + h e_l) - H(x - h e_l)) / 2h:
+//     2n Hessians (2n^2 forward-over-reverse sweeps); rel_step ~ eps^(1/3) = 6e-6 gives
+//     ~1e-10 relative error;
+//   method 1, second differences of gradients,  d_l d_j g ~ [g(x + h_l e_l + h_j e_j)
+//     - g(x + h_l e_l - h_j e_j) - g(x - h_l e_l + h_j e_j) + g(x - h_l e_l - h_j e_j)]
+//     / (4 h_l h_j) (and the 3-point rule for l = j): 2n^2 + 1 gradients, several times
+//     cheaper; rel_step ~ eps^(1/4) = 1.2e-4 gives ~1e-7 relative error.
+
+namespace {
+
+// Log density, gradient and Hessian (n x n, symmetric) by forward-over-reverse autodiff;
+// throws what the model throws, or std::domain_error when a result is not finite.
+double finite_log_density_hessian(const bs_model* m, const vector_d& x, vector_d& grad,
+                                  Eigen::MatrixXd& hess) {
+  double lp;
+  stan::math::hessian(log_density_functor{*m->model, true, true, print_stream}, x, lp,
+                      grad, hess);
+  if (!std::isfinite(lp) || !grad.allFinite() || !hess.allFinite()) {
+    throw std::domain_error("log density or its derivatives not finite");
+  }
+  return lp;
+}
+
+// Calls visit(l, S) for l = 0..n-1 with S ~ d/dx_l of the Hessian of log pi (symmetric),
+// by central differences of autodiff Hessians (see above).
+template <typename Visit>
+void hessian_derivative_slices(const bs_model* m, const double* theta_unc,
+                               double rel_step, Visit&& visit) {
+  const int n = m->param_unc_num;
+  const vector_d x = Eigen::Map<const vector_d>(theta_unc, n);
+  vector_d g;
+  Eigen::MatrixXd h_plus, h_minus, slice;
+  for (int l = 0; l < n; ++l) {
+    const double h = rel_step * std::max(1.0, std::abs(x(l)));
+    vector_d x_plus = x, x_minus = x;
+    x_plus(l) += h;
+    x_minus(l) -= h;
+    const double width = x_plus(l) - x_minus(l);  // the step actually taken
+    finite_log_density_hessian(m, x_plus, g, h_plus);
+    finite_log_density_hessian(m, x_minus, g, h_minus);
+    slice = (h_plus - h_minus) / width;
+    slice = 0.5 * (slice + slice.transpose()).eval();
+    visit(l, slice);
+  }
+}
+
+// The gradient of log pi at x; throws when the model throws or it is not finite.
+void finite_gradient(const bs_model* m, const vector_d& x, vector_d& grad) {
+  grad.resize(x.size());
+  const double lp = log_density_gradient(m, true, true, x.data(), grad.data());
+  if (!std::isfinite(lp) || !grad.allFinite()) {
+    throw std::domain_error("log density or its gradient not finite");
+  }
+}
+
+// raw[(l * n + j) * n + k] ~ d_l d_j g_k by second differences of autodiff gradients
+// (method 1 above); the steps actually taken (x + h - x) divide, so rounding of x + h
+// costs nothing.
+void gradient_second_differences(const bs_model* m, const double* theta_unc,
+                                 double rel_step, std::vector<double>& raw) {
+  const int n = m->param_unc_num;
+  const vector_d x = Eigen::Map<const vector_d>(theta_unc, n);
+  std::vector<double> up(n), down(n);
+  for (int l = 0; l < n; ++l) {
+    const double h = rel_step * std::max(1.0, std::abs(x(l)));
+    up[l] = (x(l) + h) - x(l);
+    down[l] = x(l) - (x(l) - h);
+  }
+  vector_d g0, ga, gb, gc, gd, d(n);
+  finite_gradient(m, x, g0);
+  auto store = [&](int l, int j) {
+    for (int k = 0; k < n; ++k) {
+      raw[(static_cast<size_t>(l) * n + j) * n + k] = d(k);
+      raw[(static_cast<size_t>(j) * n + l) * n + k] = d(k);
+    }
+  };
+  for (int l = 0; l < n; ++l) {
+    vector_d xp = x, xm = x;
+    xp(l) += up[l];
+    xm(l) -= down[l];
+    finite_gradient(m, xp, ga);
+    finite_gradient(m, xm, gb);
+    // three-point rule with (possibly) unequal steps, exact for quadratics
+    d = ((ga - g0) / up[l] - (g0 - gb) / down[l]) / (0.5 * (up[l] + down[l]));
+    store(l, l);
+    for (int j = l + 1; j < n; ++j) {
+      vector_d xpp = xp, xpm = xp, xmp = xm, xmm = xm;
+      xpp(j) += up[j];
+      xpm(j) -= down[j];
+      xmp(j) += up[j];
+      xmm(j) -= down[j];
+      finite_gradient(m, xpp, ga);
+      finite_gradient(m, xpm, gb);
+      finite_gradient(m, xmp, gc);
+      finite_gradient(m, xmm, gd);
+      d = (ga - gb - gc + gd) / ((up[l] + down[l]) * (up[j] + down[j]));
+      store(l, j);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Log density, gradient and Hessian (row-major n x n; symmetric) of the unconstrained
+// log density (Jacobian included, constants dropped) in one forward-over-reverse pass.
+// Returns 0, or 1 when the model threw or a result is not finite.
+int ahmc_log_density_hessian(const bs_model* m, const double* theta_unc, double* lp,
+                             double* grad, double* hessian) {
+  try {
+    ensure_ad_tape();
+    const int n = m->param_unc_num;
+    vector_d x = Eigen::Map<const vector_d>(theta_unc, n);
+    vector_d g;
+    Eigen::MatrixXd h;
+    *lp = finite_log_density_hessian(m, x, g, h);
+    std::copy(g.data(), g.data() + n, grad);
+    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+        hessian, n, n) = 0.5 * (h + h.transpose());
+  } catch (...) {
+    *lp = -std::numeric_limits<double>::infinity();
+    return 1;
+  }
+  return 0;
+}
+
+// The third-derivative tensor of log pi, third[(l * n + j) * n + k] = d^3 log pi /
+// dx_l dx_j dx_k, by `method` 0 (differences of Hessians) or 1 (second differences of
+// gradients) with relative step `rel_step` (see above), symmetrised over the six index
+// permutations.  Returns 0 or 1 (as above).
+int ahmc_third_derivatives(const bs_model* m, const double* theta_unc, int method,
+                           double rel_step, double* third) {
+  try {
+    ensure_ad_tape();
+    const size_t n = m->param_unc_num;
+    std::vector<double> raw(n * n * n);
+    if (method == 0) {
+      hessian_derivative_slices(m, theta_unc, rel_step,
+                                [&](int l, const Eigen::MatrixXd& s) {
+                                  for (size_t j = 0; j < n; ++j)
+                                    for (size_t k = 0; k < n; ++k)
+                                      raw[(l * n + j) * n + k] = s(j, k);
+                                });
+    } else {
+      gradient_second_differences(m, theta_unc, rel_step, raw);
+    }
+    auto t = [&](size_t a, size_t b, size_t c) { return raw[(a * n + b) * n + c]; };
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b)
+        for (size_t c = 0; c < n; ++c)
+          third[(a * n + b) * n + c] = (t(a, b, c) + t(a, c, b) + t(b, a, c) + t(b, c, a)
+                                        + t(c, a, b) + t(c, b, a)) / 6.0;
+  } catch (...) {
+    return 1;
+  }
+  return 0;
+}
+
+// grad_tr[l] = tr(M d/dx_l of the Hessian of log pi) for a dense n x n matrix M given
+// row-major: the gradient of x -> tr(M Hess log pi(x)), the contraction behind every
+// Riemannian-HMC force (what stan::math::grad_tr_mat_times_hessian computes where the
+// model has fvar<fvar<var>> instances; here by differences of autodiff Hessians, see
+// above).  Returns 0 or 1 (as above).
+int ahmc_log_density_tr_hessian_grad(const bs_model* m, const double* theta_unc,
+                                     const double* mat, double rel_step,
+                                     double* grad_tr) {
+  try {
+    ensure_ad_tape();
+    const int n = m->param_unc_num;
+    Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>
+        mv(mat, n, n);
+    // tr(M S) = sum_jk M_kj S_jk = sum_jk M_jk S_jk for symmetric S.
+    hessian_derivative_slices(m, theta_unc, rel_step,
+                              [&](int l, const Eigen::MatrixXd& s) {
+                                grad_tr[l] = mv.cwiseProduct(s).sum();
+                              });
+  } catch (...) {
+    return 1;
+  }
+  return 0;
+}
+
+}  // extern "C"

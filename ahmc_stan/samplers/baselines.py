@@ -1,0 +1,234 @@
+"""The baselines of Titsias & Dellaportas (2019, section 4): ``rwm`` and ``mala`` with an
+isotropic proposal, ``am`` (adaptive Metropolis) and ``hmc`` with a fixed number of
+leapfrog steps.  All adapt during warmup only.
+
+* ``rwm`` / ``mala``: ``N(y | x, σ²I)`` / ``N(y | x + ½σ²∇log π(x), σ²I)``; log σ by
+  Stan's dual averaging towards acceptance 0.234 / 0.574 (Roberts & Rosenthal 2001), from
+  Stan's doubling/halving initial guess; σ is the averaged value after warmup.
+* ``am`` (Haario, Saksman & Tamminen 2001): random walk with covariance
+  ``λ²s_d(Σ̂ + δI)``, ``s_d = 2.38²/n``.  The mean and Σ̂ follow stochastic
+  approximations ``Σ̂ ← (1 − γₜ)Σ̂ + γₜddᵀ``, ``d = xₜ − μ``, then ``μ ← μ + γ_μ d``,
+  with the paper's rate ``γₜ = 0.001/(1 + t/4000)`` (section 4.2) and ``γ_μ = 0.01`` (the
+  authors' code: a mean that keeps up with the chain's initial transient, which would
+  otherwise inflate Σ̂); Σ̂'s Cholesky factor is updated by a rank-one update (O(n²)),
+  and δI enters as a second independent Gaussian increment, so no factorisation of the
+  sum is needed.  The initial proposal is the paper's
+  ``(0.1/√n)²I``.  The global scale λ is dual-averaged towards acceptance 0.234 (AM with
+  global adaptive scaling, Andrieu & Thoms 2008, Algorithm 4): without it a chain started
+  far out in the tails inflates Σ̂ of the narrow coordinates during its transient and then
+  stops moving (on the 100-d Gaussian, acceptance fell to 0.03 and Σ̂ of the wide
+  coordinates never grew); ``adapt_scale=False`` gives plain AM (λ = 1).
+* ``hmc``: identity metric, ``num_steps`` leapfrog steps (required), ε by dual averaging
+  towards 0.65 during warmup (:class:`~ahmc_stan.hmc.HMCKernel`, no jitter).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+from scipy import linalg
+
+from ..hmc import HMCKernel, HMCParameters
+from ..tuning.step_size import DualAveraging, initial_step_size
+from .ahmc import HMC_STATS, _record
+from .chain import ChainRecorder, ChainResult
+from .metropolis import (MHStep, Proposal, Target, acceptance_probability,
+                         langevin_log_q_ratio, propose, run_mh_chain)
+
+__all__ = ["ScaleAdaptedProposal", "AdaptiveMetropolis", "cholesky_rank_one_update",
+           "run_rwm", "run_mala", "run_am", "run_hmc"]
+
+
+# ---- rwm, mala ---------------------------------------------------------------------------
+
+class ScaleAdaptedProposal(Proposal):
+    """Isotropic ``L = σ``, log σ dual-averaged towards ``target_accept``."""
+
+    def __init__(self, scale: float, langevin: bool, target_accept: float):
+        super().__init__(float(scale), langevin)
+        self._averager = DualAveraging(float(scale), target=target_accept)
+
+    def adapt(self, target: Target, step: MHStep) -> int:
+        self.L = self._averager.update(step.accept_prob)
+        return 0
+
+    def end_warmup(self) -> None:
+        self.L = self._averager.final
+
+
+def _initial_scale(target: Target, rng: np.random.Generator, x: np.ndarray,
+                   langevin: bool, target_accept: float) -> float:
+    """Stan's doubling/halving heuristic, with one proposal per trial scale."""
+    lp, grad = target.gradient(x)
+
+    def log_accept(scale):
+        eps = rng.standard_normal(len(x))
+        y = propose(x, scale, eps, grad if langevin else None)
+        lp_y, grad_y = target.gradient(y)
+        log_ratio = lp_y - lp
+        if langevin and math.isfinite(lp_y):
+            log_ratio += langevin_log_q_ratio(scale, eps, grad, grad_y)
+        return math.log(max(acceptance_probability(log_ratio), 1e-300))
+
+    return initial_step_size(log_accept, 1.0, target_accept)
+
+
+def _run_isotropic(model, rng, x0, warmup, draws, progress, langevin, target_accept,
+                   step_size, thin) -> ChainResult:
+    target = Target(model)
+    if step_size is None:
+        step_size = _initial_scale(target, rng, x0, langevin, target_accept)
+    proposal = ScaleAdaptedProposal(step_size, langevin, target_accept)
+    return run_mh_chain(target, rng, x0, warmup, draws, progress, proposal, thin=thin)
+
+
+def run_rwm(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
+            progress: Callable[[int], None], *, target_accept: float = 0.234,
+            step_size: float | None = None, thin: int = 1) -> ChainResult:
+    """Isotropic random-walk Metropolis; ``step_size`` is the initial σ (default:
+    heuristic); ``thin`` as in :func:`~ahmc_stan.samplers.metropolis.run_mh_chain`."""
+    return _run_isotropic(model, rng, x0, warmup, draws, progress, False, target_accept,
+                          step_size, thin)
+
+
+def run_mala(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
+             progress: Callable[[int], None], *, target_accept: float = 0.574,
+             step_size: float | None = None, thin: int = 1) -> ChainResult:
+    """Isotropic MALA; options as :func:`run_rwm`."""
+    return _run_isotropic(model, rng, x0, warmup, draws, progress, True, target_accept,
+                          step_size, thin)
+
+
+# ---- am ----------------------------------------------------------------------------------
+
+def cholesky_rank_one_update(L: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Lower-triangular L' with ``L'L'ᵀ = LLᵀ + vvᵀ``, O(n²): Givens rotations of
+    ``[Lᵀ; vᵀ]`` back to triangular form (``scipy.linalg.qr_insert``)."""
+    n = len(v)
+    _, r = linalg.qr_insert(np.eye(n), L.T, v, n, which="row", check_finite=False)
+    r = r[:n]
+    r *= np.where(np.diag(r) < 0, -1.0, 1.0)[:, None]  # rows with a positive diagonal
+    return np.ascontiguousarray(r.T)
+
+
+class AdaptiveMetropolis(Proposal):
+    """``y = x + λ√s_d(L_Σ ε₁ + √δ ε₂)``, covariance ``λ²s_d(Σ̂ + δI)``; see the module
+    docstring."""
+
+    def __init__(self, dims: int, *, initial_scale: float | None = None,
+                 learning_rate: float = 0.001, decay_iterations: float = 4000.0,
+                 mean_rate: float = 0.01, regularization: float = 1e-8,
+                 adapt_scale: bool = True, target_accept: float = 0.234):
+        self.s_d = 2.38**2 / dims
+        scale = 0.1 / math.sqrt(dims) if initial_scale is None else float(initial_scale)
+        super().__init__(scale / math.sqrt(self.s_d) * np.eye(dims), langevin=False)  # L_Σ
+        self.dims, self.delta = dims, float(regularization)
+        self.learning_rate, self.decay = float(learning_rate), float(decay_iterations)
+        self.mean_rate = float(mean_rate)
+        self.mean: np.ndarray | None = None
+        self.t = 0
+        self.scale = 1.0  # λ
+        self._averager = DualAveraging(1.0, target=target_accept) if adapt_scale else None
+
+    @property
+    def noise_dims(self) -> int:
+        return 2 * self.dims
+
+    def propose(self, x, grad_x, eps):
+        n = self.dims
+        return x + self.scale * math.sqrt(self.s_d) * (
+            self.L @ eps[:n] + math.sqrt(self.delta) * eps[n:])
+
+    def adapt(self, target: Target, step: MHStep) -> int:
+        x = step.y if step.accepted else step.x  # the chain's new state
+        if self.mean is None:
+            self.mean = x.copy()
+        self.t += 1
+        gamma = self.learning_rate / (1 + self.t / self.decay)
+        d = x - self.mean
+        self.mean += self.mean_rate * d
+        self.L = math.sqrt(1 - gamma) * cholesky_rank_one_update(
+            self.L, math.sqrt(gamma / (1 - gamma)) * d)
+        if self._averager is not None:
+            self.scale = self._averager.update(step.accept_prob)
+        return 0
+
+    def end_warmup(self) -> None:
+        if self._averager is not None and self._averager.counter:
+            self.scale = self._averager.final
+
+    @property
+    def step_size(self) -> float:
+        return self.scale
+
+    def extras(self) -> dict:
+        cov = self.scale**2 * self.s_d * (self.L @ self.L.T
+                                          + self.delta * np.eye(self.dims))
+        return {"proposal_cholesky": np.linalg.cholesky(cov), "mean": self.mean,
+                "scale": self.scale}
+
+
+def run_am(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
+           progress: Callable[[int], None], *, initial_scale: float | None = None,
+           learning_rate: float = 0.001, decay_iterations: float = 4000.0,
+           mean_rate: float = 0.01, regularization: float = 1e-8, adapt_scale: bool = True,
+           target_accept: float = 0.234, thin: int = 1) -> ChainResult:
+    """Adaptive Metropolis: ``γₜ = learning_rate/(1 + t/decay_iterations)``, γ_μ =
+    ``mean_rate``, δ =
+    ``regularization``, initial proposal ``initial_scale²·I`` (0.1/√n); λ adapted towards
+    ``target_accept`` unless ``adapt_scale=False`` (then λ = 1, Haario's plain AM)."""
+    proposal = AdaptiveMetropolis(len(x0), initial_scale=initial_scale,
+                                  learning_rate=learning_rate,
+                                  decay_iterations=decay_iterations, mean_rate=mean_rate,
+                                  regularization=regularization, adapt_scale=adapt_scale,
+                                  target_accept=target_accept)
+    return run_mh_chain(Target(model), rng, x0, warmup, draws, progress, proposal,
+                        thin=thin)
+
+
+# ---- hmc ---------------------------------------------------------------------------------
+
+def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
+            progress: Callable[[int], None], *, num_steps: int | None = None,
+            target_accept: float = 0.65, block_size: int = 100) -> ChainResult:
+    """HMC-L: ``num_steps`` leapfrog steps (required), identity metric, ε dual-averaged
+    towards ``target_accept`` during warmup and fixed at its average afterwards."""
+    if num_steps is None or int(num_steps) < 1:
+        raise ValueError("the hmc baseline needs num_steps=L, a positive number of "
+                         "leapfrog steps (the paper uses 5, 10 or 20)")
+    num_steps = int(num_steps)
+    kernel = HMCKernel(model.kernel)
+    state = kernel.init(x0)
+    rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
+    start = time.perf_counter()
+    eps = math.nan
+    try:
+        def log_accept(step_size):  # one leapfrog step with a fresh momentum
+            _, info = kernel.step(rng, state, HMCParameters(step_size, 1, jitter=False))
+            return math.log(max(info.acceptance_rate[0], 1e-300))
+
+        eps = initial_step_size(log_accept)
+        averager = DualAveraging(eps, target=target_accept)
+        for _ in range(warmup):
+            params = HMCParameters(eps, num_steps, jitter=False)
+            state, info = kernel.step(rng, state, params)
+            _record(rec, info, params, phase=1)
+            eps = averager.update(float(info.acceptance_rate[0]))
+            if rec.n % block_size == 0:
+                progress(rec.n)
+        eps = averager.final if warmup else eps
+        rec.mark_sampling_start(start)
+        params = HMCParameters(eps, num_steps, jitter=False)
+        while rec.n < warmup + draws:
+            state, info = kernel.run(rng, state, params, min(block_size,
+                                                             warmup + draws - rec.n))
+            _record(rec, info, params, phase=2)
+            progress(rec.n)
+    except KeyboardInterrupt:
+        rec.interrupted = True
+    if rec.sampling_start is None and rec.n >= warmup:
+        rec.mark_sampling_start(start)
+    return rec.result(warmup, start, {"step_size": eps, "num_steps": num_steps})

@@ -1,0 +1,276 @@
+"""Metropolis–Hastings with a Gaussian proposal of Cholesky factor L — the pieces shared
+by the non-HMC samplers (``rwm``, ``mala``, ``am``, ``gadrwm``, ``gadmala``,
+``gadmala_exact``).
+
+Proposals (Titsias & Dellaportas 2019, sections 2.2–2.3), ε ~ N(0, I):
+
+* random walk: ``y = x + Lε``, symmetric, so ``q`` cancels from the MH ratio;
+* Langevin: ``y = x + ½LLᵀ∇log π(x) + Lε``, for which (section 2.3)
+  ``log q(x|y) − log q(y|x) = ½‖ε‖² − ½‖ε + ½Lᵀ(∇log π(x) + ∇log π(y))‖²``.
+
+``L`` is a lower-triangular matrix or a scalar σ (``L = σI``, O(n) per iteration); with a
+matrix every operation is O(n²): matrix–vector products and, in
+:func:`langevin_log_density`, a triangular solve — never a factorisation.
+
+:func:`run_mh_chain` is the one chain loop: each iteration draws ε (then a uniform for the
+accept step), proposes, evaluates the target at y, accepts if ``log u < log ratio`` (a
+non-finite target rejects), and during warmup hands the iteration (:class:`MHStep`) to the
+proposal's ``adapt``.  What differs between samplers lives in a :class:`Proposal` subclass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy import linalg
+
+from ..model import DensityError
+from .chain import ChainRecorder, ChainResult
+
+__all__ = ["Target", "MHStep", "Proposal", "propose", "langevin_log_q_ratio",
+           "langevin_log_density", "accept", "acceptance_probability", "run_mh_chain"]
+
+
+# ---- the target --------------------------------------------------------------------------
+
+class Target:
+    """A model's log density: density only (``bridge.log_density``), density and gradient
+    (``model.kernel``, the fast path) and Hessian-vector products; ``-inf`` where the model
+    throws or the value is not finite."""
+
+    def __init__(self, model):
+        self.model = model
+        self.dims = model.dims
+        self._kernel = model.kernel
+        self._density = model.bridge.log_density
+
+    def density(self, x: np.ndarray) -> float:
+        try:
+            lp = self._density(x)
+        except RuntimeError:
+            return -math.inf
+        return lp if math.isfinite(lp) else -math.inf
+
+    def gradient(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        grad = np.empty(self.dims)
+        return self._kernel.log_density_gradient(x, grad), grad
+
+    def hvp(self, x: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+        """``∇²log π(x) v`` (None where the model throws)."""
+        try:
+            _, hv = self.model.log_density_hvp(x, v)
+        except (DensityError, RuntimeError, ValueError):
+            return None
+        return hv if np.all(np.isfinite(hv)) else None
+
+
+# ---- proposal and accept step -----------------------------------------------------------
+
+def _times_l(L, v: np.ndarray) -> np.ndarray:
+    return L * v if np.ndim(L) == 0 else L @ v
+
+
+def _times_lt(L, v: np.ndarray) -> np.ndarray:
+    return L * v if np.ndim(L) == 0 else L.T @ v
+
+
+def propose(x: np.ndarray, L, eps: np.ndarray, grad_x: np.ndarray | None = None
+            ) -> np.ndarray:
+    """``y = x + Lε`` (random walk, ``grad_x`` None) or ``y = x + ½LLᵀ∇log π(x) + Lε``
+    (Langevin)."""
+    if grad_x is None:
+        return x + _times_l(L, eps)
+    return x + _times_l(L, 0.5 * _times_lt(L, grad_x) + eps)
+
+
+def langevin_log_q_ratio(L, eps: np.ndarray, grad_x: np.ndarray, grad_y: np.ndarray
+                         ) -> float:
+    """``log q(x|y) − log q(y|x)`` for ``y = propose(x, L, ε, ∇log π(x))``, from ε
+    (section 2.3): ``½‖ε‖² − ½‖r‖²`` with ``r = ε + ½Lᵀ(∇log π(x) + ∇log π(y))``."""
+    r = eps + 0.5 * _times_lt(L, grad_x + grad_y)
+    return 0.5 * float(eps @ eps - r @ r)
+
+
+def langevin_log_density(y: np.ndarray, x: np.ndarray, grad_x: np.ndarray, L) -> float:
+    """``log N(y | x + ½LLᵀ∇log π(x), LLᵀ)`` by one triangular solve (O(n²));
+    ``grad_x`` zero gives the random-walk density."""
+    n = len(x)
+    if np.ndim(L) == 0:
+        z = (y - x) / L - 0.5 * L * grad_x
+        log_det = n * math.log(L)
+    else:
+        # L⁻¹(y − x − ½LLᵀg) = L⁻¹(y − x) − ½Lᵀg
+        z = linalg.solve_triangular(L, y - x, lower=True, check_finite=False) \
+            - 0.5 * (L.T @ grad_x)
+        log_det = float(np.sum(np.log(np.diag(L))))
+    return -0.5 * float(z @ z) - log_det - 0.5 * n * math.log(2 * math.pi)
+
+
+def accept(log_ratio: float, log_u: float) -> bool:
+    """The MH decision ``log u < log ratio``; a non-finite (nan, -inf) ratio rejects."""
+    return bool(log_u < log_ratio)
+
+
+def acceptance_probability(log_ratio: float) -> float:
+    """``min(1, exp(log ratio))``, 0 for a non-finite ratio other than +inf."""
+    if math.isnan(log_ratio):
+        return 0.0
+    return 1.0 if log_ratio >= 0 else math.exp(log_ratio)
+
+
+# ---- what a sampler plugs into the chain loop --------------------------------------------
+
+@dataclass
+class MHStep:
+    """One iteration, as the proposal's ``adapt`` sees it (``grad_*`` None when not
+    evaluated; ``log_ratio`` is ``-inf`` where the target is not finite at y)."""
+
+    x: np.ndarray
+    lp_x: float
+    grad_x: np.ndarray | None
+    eps: np.ndarray
+    y: np.ndarray
+    lp_y: float
+    grad_y: np.ndarray | None
+    log_ratio: float
+    accept_prob: float
+    accepted: bool
+
+
+class Proposal:
+    """A Gaussian proposal of Cholesky factor ``L`` (scalar: isotropic), random walk or
+    Langevin, fixed; subclasses adapt it during warmup by overriding :meth:`adapt`."""
+
+    #: per-iteration statistics beyond the loop's own (``stats()`` gives their values)
+    stat_names: tuple[str, ...] = ()
+
+    def __init__(self, L, langevin: bool):
+        self.L = L
+        self.langevin = langevin
+
+    @property
+    def noise_dims(self) -> int | None:
+        """Length of ε (None: the state's dimension)."""
+        return None
+
+    def propose(self, x: np.ndarray, grad_x: np.ndarray | None, eps: np.ndarray
+                ) -> np.ndarray:
+        return propose(x, self.L, eps, grad_x if self.langevin else None)
+
+    def log_q_ratio(self, eps: np.ndarray, grad_x, grad_y) -> float:
+        return langevin_log_q_ratio(self.L, eps, grad_x, grad_y) if self.langevin else 0.0
+
+    def needs_gradient(self, adapting: bool) -> bool:
+        """Whether the iteration evaluates ∇log π(y) (else the density only)."""
+        return self.langevin
+
+    def adapt(self, target: Target, step: MHStep) -> int:
+        """Warmup adaptation after the accept step; returns the gradient evaluations it
+        made beyond the proposal's (an HVP counts as 2)."""
+        return 0
+
+    def end_warmup(self) -> None:
+        """Called once when sampling starts; the proposal is fixed from then on."""
+
+    @property
+    def step_size(self) -> float:
+        return float(self.L) if np.ndim(self.L) == 0 else math.nan
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def extras(self) -> dict:
+        """The final proposal: ``step_size`` σ (isotropic) or ``proposal_cholesky`` L."""
+        if np.ndim(self.L) == 0:
+            return {"step_size": float(self.L)}
+        return {"proposal_cholesky": np.array(self.L, dtype=float)}
+
+
+# ---- the chain loop ----------------------------------------------------------------------
+
+_LOOP_STATS = ("step_size", "n_density", "accepted", "lp")
+
+
+def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmup: int,
+                 draws: int, progress: Callable[[int], None], proposal: Proposal, *,
+                 thin: int = 1, block_size: int = 200) -> ChainResult:
+    """``warmup`` adapted then ``draws`` fixed-proposal rows; each row is the state after
+    ``thin`` MH iterations (``n_grad``/``n_density`` summed and ``accept_stat``/``accepted``
+    averaged over them), so the chain runs ``(warmup + draws)·thin`` iterations.
+
+    Statistics: ``accept_stat`` (mean ``min(1, ratio)``), ``accepted`` (fraction),
+    ``n_grad`` (gradient evaluations, each also giving the density), ``n_density``
+    (density-only evaluations), ``divergent`` (always 0), ``step_size`` (σ or nan), ``lp``,
+    and the proposal's ``stat_names``.
+    """
+    if thin < 1:
+        raise ValueError(f"thin must be a positive integer, not {thin}")
+    dims = len(x0)
+    n_noise = proposal.noise_dims or dims
+    rec = ChainRecorder(dims, warmup + draws, [*_LOOP_STATS, *proposal.stat_names])
+    x = np.array(x0, dtype=float)
+    lp, grad = target.gradient(x) if proposal.langevin else (target.density(x), None)
+    if not math.isfinite(lp):
+        raise ValueError("the initial point has a non-finite log density or gradient")
+    names = ("accept_stat", "accepted", "n_grad", "n_density", "lp", "step_size",
+             *proposal.stat_names)
+    start = time.perf_counter()
+    rows, out, done, adapting = np.empty((0, dims)), {}, 0, warmup > 0
+    try:
+        if warmup == 0:
+            proposal.end_warmup()
+        while rec.n < warmup + draws:
+            adapting = rec.n < warmup
+            if not adapting and rec.sampling_start is None:
+                rec.mark_sampling_start(start)
+            n_rows = min(block_size, (warmup if adapting else warmup + draws) - rec.n)
+            rows, done = np.empty((n_rows, dims)), 0
+            out = {k: np.zeros(n_rows) for k in names}
+            for i in range(n_rows):
+                for _ in range(thin):
+                    eps = rng.standard_normal(n_noise)
+                    log_u = math.log(rng.uniform())
+                    y = proposal.propose(x, grad, eps)
+                    if proposal.needs_gradient(adapting):
+                        lp_y, grad_y = target.gradient(y)
+                        out["n_grad"][i] += 1
+                    else:
+                        lp_y, grad_y = target.density(y), None
+                        out["n_density"][i] += 1
+                    log_ratio = lp_y - lp
+                    if math.isfinite(lp_y) and proposal.langevin:
+                        log_ratio += proposal.log_q_ratio(eps, grad, grad_y)
+                    prob = acceptance_probability(log_ratio)
+                    accepted = accept(log_ratio, log_u)
+                    if adapting:
+                        out["n_grad"][i] += proposal.adapt(target, MHStep(
+                            x, lp, grad, eps, y, lp_y, grad_y, log_ratio, prob, accepted))
+                    if accepted:
+                        x, lp = y, lp_y
+                        if proposal.langevin:
+                            grad = grad_y
+                    out["accept_stat"][i] += prob / thin
+                    out["accepted"][i] += accepted / thin
+                rows[i] = x
+                out["lp"][i] = lp
+                out["step_size"][i] = proposal.step_size
+                for k, v in proposal.stats().items():
+                    out[k][i] = v
+                done = i + 1
+            rec.add(rows, divergent=0, phase=1 if adapting else 2, **out)
+            done = 0
+            if adapting and rec.n == warmup:
+                proposal.end_warmup()
+            progress(rec.n)
+    except KeyboardInterrupt:
+        rec.interrupted = True
+        if done:  # the rows of the unfinished block
+            rec.add(rows[:done], divergent=0, phase=1 if adapting else 2,
+                    **{k: v[:done] for k, v in out.items()})
+    if rec.sampling_start is None and rec.n >= warmup:
+        rec.mark_sampling_start(start)
+    return rec.result(warmup, start, {**proposal.extras(), "thin": thin})

@@ -1,0 +1,289 @@
+"""Riemann-manifold HMC: second/third derivatives from the C layer, the SoftAbs metric and
+its force, the generalised leapfrog (reversibility, second order), fixed-point failures,
+and the samplers ``rmhmc`` / ``armhmc`` (moments on Gaussian and banana targets)."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from ahmc_stan import DensityError, StanModel, tune_and_sample
+from ahmc_stan.hmc import HMCParameters
+from ahmc_stan.riemann import (RMHMCKernel, constant_softabs_metric, softabs_divided_differences,
+                               softabs_eigenvalues, softabs_inv_metric)
+from ahmc_stan.samplers.armhmc import CONSTANT_METRIC_DIMS, choose_metric
+
+from .conftest import stan_model_path
+from .stats_util import assert_moments, z_bonferroni
+
+BANANA = {"b": 1.0}  # x1 ~ N(0, 1), x2 | x1 ~ N(b (x1² − 1), 1): indefinite Hessian where
+BANANA_SD = np.array([1.0, math.sqrt(1 + 2 * BANANA["b"] ** 2)])  # x2 − b(x1² − 1) > 1/(2b)
+
+
+def banana_draws(rng, n):
+    x1 = rng.normal(size=n)
+    return np.column_stack([x1, BANANA["b"] * (x1**2 - 1) + rng.normal(size=n)])
+
+
+@pytest.fixture(scope="module")
+def banana():
+    return StanModel(stan_model_path("banana"), BANANA)
+
+
+@pytest.fixture(scope="module")
+def gauss3(mvn_data):
+    return StanModel(stan_model_path("mvn"), mvn_data)
+
+
+def logistic_third(data, x):
+    """Analytic ∂³ log p of logistic.stan: −Σ_n σ(1−σ)(1−2σ) z_i z_j z_k (prior: 0)."""
+    Z = np.column_stack([np.ones(data["N"]), data["X"]])
+    s = 1 / (1 + np.exp(-(Z @ x)))
+    return np.einsum("n,ni,nj,nk->ijk", -s * (1 - s) * (1 - 2 * s), Z, Z, Z)
+
+
+# ---- derivatives from the C layer ------------------------------------------------------------
+
+def test_hessian_entry_point_matches_bridgestan(logistic_model):
+    x = np.linspace(-0.5, 0.5, logistic_model.dims)
+    lp, grad, hess = logistic_model.log_density_hessian(x)
+    g, h = np.empty_like(grad), np.empty_like(hess)
+    assert logistic_model.kernel.log_density_hessian(x, g, h) == pytest.approx(lp, rel=1e-14)
+    np.testing.assert_allclose(g, grad, rtol=1e-13)
+    np.testing.assert_allclose(h, hess, rtol=1e-12, atol=1e-12)
+
+
+def test_third_derivatives_analytic_and_finite_differences(logistic_model, logistic_data):
+    rng = np.random.default_rng(1)
+    x = rng.normal(scale=0.5, size=logistic_model.dims)
+    exact = logistic_third(logistic_data, x)
+    scale = np.abs(exact).max()
+    T = logistic_model.log_density_third_derivatives(x)
+    assert np.abs(T - exact).max() < 1e-8 * scale
+    # the sampler's default: second differences of gradients, cheaper and less accurate
+    T_grad = logistic_model.log_density_third_derivatives(x, method="gradient")
+    assert np.abs(T_grad - exact).max() < 1e-6 * scale
+    for perm in itertools.permutations(range(3)):
+        np.testing.assert_allclose(T, T.transpose(perm), rtol=1e-14, atol=1e-14 * scale)
+    # the contraction tr(M ∂_l ∇²log p), against the analytic tensor and against
+    # independent central differences of the user-facing Hessian (another step size)
+    M = rng.normal(size=(logistic_model.dims,) * 2)
+    c = logistic_model.log_density_tr_hessian_grad(x, M)
+    c_exact = np.einsum("ljk,jk->l", exact, M)
+    assert np.abs(c - c_exact).max() < 1e-8 * np.abs(c_exact).max()
+    h = 1e-4
+    c_fd = np.array([np.sum(M * (logistic_model.log_density_hessian(x + h * e)[2]
+                                 - logistic_model.log_density_hessian(x - h * e)[2])) / (2 * h)
+                     for e in np.eye(logistic_model.dims)])
+    assert np.abs(c - c_fd).max() < 1e-6 * np.abs(c_exact).max()
+
+
+def test_derivative_errors(logistic_model):
+    with pytest.raises(ValueError, match="shape"):
+        logistic_model.log_density_tr_hessian_grad(np.zeros(logistic_model.dims), np.eye(2))
+    model = StanModel(stan_model_path("reject_region"), {"D": 2})  # rejects x[1] > 1
+    with pytest.raises(DensityError):
+        model.log_density_third_derivatives(np.array([2.0, 0.0]))
+    g, h = np.empty(2), np.empty((2, 2))
+    assert model.kernel.log_density_hessian(np.array([2.0, 0.0]), g, h) == -np.inf
+
+
+# ---- SoftAbs -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("alpha", [1.0, 1e6])
+def test_softabs_eigenvalues_and_divided_differences(alpha):
+    lam = np.array([-30.0, -2.0, -1e-3, -1e-7, 0.0, 1e-9, 1e-5, 0.3, 0.3 + 1e-13, 5.0, 40.0])
+    f, fp = softabs_eigenvalues(lam, alpha)
+    assert np.all(f > 0)
+    assert f[4] == 1 / alpha                                   # the λ → 0 limit
+    np.testing.assert_allclose(f[[0, -1]], [30.0, 40.0], rtol=1e-15)  # |λ| for large |αλ|
+    nonzero = lam != 0
+    np.testing.assert_allclose(f[nonzero], lam[nonzero] / np.tanh(alpha * lam[nonzero]),
+                               rtol=1e-12)
+    h = 1e-4 * np.maximum(np.abs(lam), 1 / alpha)
+    fp_num = (softabs_eigenvalues(lam + h, alpha)[0]
+              - softabs_eigenvalues(lam - h, alpha)[0]) / (2 * h)
+    np.testing.assert_allclose(fp, fp_num, atol=1e-6)
+    J = softabs_divided_differences(lam, f, fp, alpha)
+    np.testing.assert_allclose(J, J.T)
+    np.testing.assert_allclose(np.diag(J), fp)
+    assert J[7, 8] == pytest.approx(fp[7], rel=1e-9)          # nearly equal eigenvalues
+    assert J[0, -1] == pytest.approx((f[0] - f[-1]) / (lam[0] - lam[-1]))
+
+
+def test_gaussian_metric_is_precision(gauss3, mvn_data):
+    kernel = RMHMCKernel(gauss3.kernel, softness=1e6)
+    state = kernel.init(np.array([0.3, -0.2, 1.0]))
+    precision = np.linalg.inv(mvn_data["Sigma"])
+    np.testing.assert_allclose(state.metric(), precision, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(state.inv_metric(), mvn_data["Sigma"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(softabs_inv_metric(precision, 1e6), mvn_data["Sigma"], rtol=1e-9)
+    assert state.logdet_metric == pytest.approx(np.linalg.slogdet(precision)[1], rel=1e-12)
+    # no curvature change: the force is the plain gradient whatever the momentum
+    p = kernel.draw_momentum(np.random.default_rng(0), state)
+    np.testing.assert_allclose(state.force(p), -state.logdensity_grad, atol=1e-6)
+
+
+def test_force_is_the_gradient_of_the_hamiltonian(banana):
+    """∂H/∂x from the third-derivative contraction vs central differences of H."""
+    rng = np.random.default_rng(2)
+    for alpha in (1.0, 1e6):
+        kernel = RMHMCKernel(banana.kernel, softness=alpha)
+        for x in ([0.7, 0.3], [2.0, -1.0], [-1.5, 4.0]):  # the last two: indefinite Hessian
+            x = np.array(x)
+            state = kernel.init(x)
+            p = kernel.draw_momentum(rng, state)
+            h = 1e-5
+            fd = np.array([(kernel.init(x + h * e).hamiltonian(p)
+                            - kernel.init(x - h * e).hamiltonian(p)) / (2 * h)
+                           for e in np.eye(2)])
+            np.testing.assert_allclose(state.force(p), fd, rtol=1e-6, atol=1e-6)
+
+
+# ---- the generalised leapfrog ----------------------------------------------------------------
+
+def test_generalised_leapfrog_is_reversible(banana):
+    kernel = RMHMCKernel(banana.kernel, fixed_point_tol=1e-13)
+    rng = np.random.default_rng(3)
+    start = kernel.init(np.array([0.7, 0.3]))
+    for _ in range(3):
+        p = kernel.draw_momentum(rng, start)
+        end, p_end, status, _ = kernel.integrate(start, p, 0.15, 12)
+        assert status == "ok"
+        back, p_back, status, _ = kernel.integrate(end, -p_end, 0.15, 12)
+        assert status == "ok"
+        assert np.abs(end.position - start.position).max() > 0.1
+        np.testing.assert_allclose(back.position, start.position, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(-p_back, p, rtol=0, atol=1e-8)
+
+
+def test_energy_error_is_second_order(banana):
+    """Over a fixed integration time, |ΔH| shrinks ~4× when ε halves."""
+    kernel = RMHMCKernel(banana.kernel)
+    rng = np.random.default_rng(4)
+    starts = [kernel.init(np.array(x)) for x in ([0.7, 0.3], [-1.0, 0.5], [1.2, 1.0])]
+    cases = [(s, kernel.draw_momentum(rng, s)) for s in starts]
+    errors = []
+    for eps in (0.1, 0.05, 0.025):
+        n = int(round(1.0 / eps))
+        dh = []
+        for state, p in cases:
+            end, p_end, status, _ = kernel.integrate(state, p, eps, n)
+            assert status == "ok"
+            dh.append(abs(end.hamiltonian(p_end) - state.hamiltonian(p)))
+        errors.append(np.mean(dh))
+    ratios = np.array(errors[:-1]) / np.array(errors[1:])
+    assert np.all((3.5 < ratios) & (ratios < 4.5)), (errors, ratios)
+
+
+def test_kernel_leaves_banana_invariant(banana):
+    """Start from exact draws of the banana, take one RMHMC step each (a large ε, where
+    fixed-point failures are common): the draws are still from the banana.  Paired
+    differences of several statistics have mean zero, tested with i.i.d. standard errors."""
+    rng = np.random.default_rng(12)
+    kernel = RMHMCKernel(banana.kernel)
+    before = banana_draws(rng, 2500)
+    after = np.empty_like(before)
+    failures = 0
+    for i, x in enumerate(before):
+        state, info = kernel.step(rng, kernel.init(x), HMCParameters(0.9, 2, jitter=False))
+        after[i] = state.position
+        failures += info.fixed_point_failures[0]
+    assert 0.05 < np.mean(np.any(after != before, axis=1)) < 0.95 and failures > 50
+    statistics = [lambda X: X[:, 0], lambda X: X[:, 1], lambda X: X[:, 0] ** 2,
+                  lambda X: X[:, 1] ** 2, lambda X: X[:, 0] * X[:, 1],
+                  lambda X: (X[:, 1] > 2).astype(float)]
+    z = z_bonferroni(len(statistics))
+    for f in statistics:
+        d = f(after) - f(before)
+        assert abs(d.mean()) < z * d.std(ddof=1) / math.sqrt(len(d))
+
+
+def test_fixed_point_failure_rejects_and_is_counted(banana):
+    kernel = RMHMCKernel(banana.kernel, max_fixed_point_iterations=2)
+    state = kernel.init(np.array([0.7, 0.3]))
+    new, info = kernel.run(np.random.default_rng(5), state, HMCParameters(0.5, 3), 5)
+    assert info.fixed_point_failures.tolist() == [1] * 5
+    assert not info.is_accepted.any() and np.all(info.acceptance_rate == 0)
+    assert np.all(info.num_grad == 1)          # the trajectory stops at the failing step
+    np.testing.assert_array_equal(new.position, state.position)
+    # and through the sampler: a huge step size fails often, and it is in the statistics
+    fit = tune_and_sample(banana, "rmhmc", chains=1, warmup=5, draws=30, seed=6,
+                          progress=False, step_size=3.0, num_steps=2)
+    failures = fit.sampler_stats["fixed_point_failures"]
+    assert failures.sum() > 0
+    assert np.all(fit.sampler_stats["accept_stat"][failures > 0] == 0)
+
+
+# ---- the samplers --------------------------------------------------------------------------------
+
+def test_rmhmc_needs_step_size_and_num_steps(banana):
+    with pytest.raises(ValueError, match="step_size and num_steps"):
+        tune_and_sample(banana, "rmhmc", chains=1, warmup=10, draws=10, seed=1,
+                        progress=False, step_size=0.5)
+
+
+def test_metric_choice():
+    assert choose_metric(None, CONSTANT_METRIC_DIMS) == "softabs"
+    assert choose_metric(None, CONSTANT_METRIC_DIMS + 1) == "constant"
+    assert choose_metric("softabs", 1000) == "softabs"
+    with pytest.raises(ValueError):
+        choose_metric("dense", 3)
+
+
+def test_rmhmc_gaussian_moments(gauss3, mvn_data):
+    fit = tune_and_sample(gauss3, "rmhmc", chains=2, warmup=100, draws=1500, seed=7,
+                          progress=False, step_size=0.8, num_steps=3, softness=1e6)
+    assert_moments(fit.params, mvn_data["mu"], np.sqrt(np.diag(mvn_data["Sigma"])))
+    stats = fit.sampler_stats
+    for name in ("accept_stat", "step_size", "n_grad", "n_hessian", "n_third",
+                 "fixed_point_failures", "divergent"):
+        assert name in stats
+    # three steps, six for an accepted proposal (the reversibility check); a tensor per step
+    assert set(np.unique(stats["n_grad"])) <= {3, 6}
+    np.testing.assert_array_equal(stats["n_third"], stats["n_grad"])
+    assert stats["fixed_point_failures"].sum() == 0
+
+
+def test_rmhmc_banana_moments(banana):
+    fit = tune_and_sample(banana, "rmhmc", chains=2, warmup=200, draws=2500, seed=8,
+                          progress=False, step_size=0.3, num_steps=5, jitter=True)
+    assert_moments(fit.params, np.zeros(2), BANANA_SD)
+
+
+def test_armhmc_banana_moments_and_tuning(banana):
+    fit = tune_and_sample(banana, "armhmc", chains=2, warmup=400, draws=2000, seed=9,
+                          progress=False)
+    assert_moments(fit.params, np.zeros(2), BANANA_SD)
+    for c, chain in enumerate(fit.metadata["chains"]):
+        assert chain["metric"] == "softabs" and chain["inv_metric"] is None
+        (_, e_lo, e_hi, _), (_, l_lo, l_hi, _) = chain["box"]
+        eps = fit.sampler_stats["step_size"][c]
+        L = fit.sampler_stats["num_steps_max"][c]
+        assert np.all((e_lo <= eps) & (eps <= e_hi)) and np.all((l_lo <= L) & (L <= l_hi))
+        assert e_hi == pytest.approx(6 * e_lo)                 # AHMC's default box
+    assert fit.warmup_sampler_stats["phase"].min() == 0          # the scale phase ran
+    assert fit.warmup_sampler_stats["n_hessian"][:, 0].min() > 0  # init + probes charged
+
+
+def test_armhmc_constant_metric(gauss3, mvn_data):
+    mode_metric = constant_softabs_metric(gauss3.kernel, np.zeros(3), softness=1e6)
+    np.testing.assert_allclose(mode_metric["mode"], mvn_data["mu"], atol=1e-5)
+    np.testing.assert_allclose(mode_metric["inv_metric"], mvn_data["Sigma"], rtol=1e-6)
+    fit = tune_and_sample(gauss3, "armhmc", chains=2, warmup=300, draws=1500, seed=10,
+                          progress=False, metric="constant", softness=1e6)
+    chain = fit.metadata["chains"][0]
+    assert chain["metric"] == "constant"
+    np.testing.assert_allclose(chain["inv_metric"], mvn_data["Sigma"], rtol=1e-6)
+    assert fit.sampler_stats["n_hessian"].sum() == 0
+    assert fit.warmup_sampler_stats["n_hessian"][:, 0].tolist() == [1, 1]
+    assert_moments(fit.params, mvn_data["mu"], np.sqrt(np.diag(mvn_data["Sigma"])))
+
+
+def test_same_seed_same_draws(banana):
+    runs = [tune_and_sample(banana, "armhmc", chains=2, warmup=60, draws=40, seed=11,
+                            progress=False, parallel=p) for p in (2, False)]
+    np.testing.assert_array_equal(runs[0].draws, runs[1].draws)
+    np.testing.assert_array_equal(runs[0].sampler_stats["n_hessian"],
+                                  runs[1].sampler_stats["n_hessian"])
