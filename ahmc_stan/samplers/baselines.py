@@ -12,12 +12,12 @@ leapfrog steps.  All adapt during warmup only.
   authors' code: a mean that keeps up with the chain's initial transient, which would
   otherwise inflate Σ̂); Σ̂'s Cholesky factor is updated by a rank-one update (O(n²)),
   and δI enters as a second independent Gaussian increment, so no factorisation of the
-  sum is needed.  The initial proposal is the paper's
-  ``(0.1/√n)²I``.  The global scale λ is dual-averaged towards acceptance 0.234 (AM with
-  global adaptive scaling, Andrieu & Thoms 2008, Algorithm 4): without it a chain started
-  far out in the tails inflates Σ̂ of the narrow coordinates during its transient and then
-  stops moving (on the 100-d Gaussian, acceptance fell to 0.03 and Σ̂ of the wide
-  coordinates never grew); ``adapt_scale=False`` gives plain AM (λ = 1).
+  sum is needed.  The initial proposal is the paper's ``(0.1/√n)²I``.  The global scale λ
+  is dual-averaged towards acceptance 0.234 (AM with global adaptive scaling, Andrieu &
+  Thoms 2008, Algorithm 4; the authors' code adapts one too): with λ = 1
+  (``adapt_scale=False``, plain AM) on the 100-d Gaussian the transient inflates Σ̂ of the
+  narrow coordinates, and after 2·10⁴ iterations the acceptance is 0.73 while Σ̂'s sd of
+  the widest coordinate is still 6% of the true sd.
 * ``hmc``: identity metric, ``num_steps`` leapfrog steps (required), ε by dual averaging
   towards 0.65 during warmup (:class:`~ahmc_stan.hmc.HMCKernel`, no jitter).
 """
