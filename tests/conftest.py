@@ -46,3 +46,23 @@ def logistic_model(logistic_data):
     from ahmc_stan import StanModel
 
     return StanModel(stan_model_path("logistic"), logistic_data)
+
+
+#: The papers' 2-d Gaussian (correlation 0.99) and Neal's diagonal Gaussian's sds.
+RHO = 0.99
+SIGMA_2D = np.array([[1.0, RHO], [RHO, 1.0]])
+SDS_100 = np.arange(1, 101) / 100
+
+
+@pytest.fixture(scope="session")
+def gauss2d():
+    from ahmc_stan import StanModel
+
+    return StanModel(stan_model_path("mvn"), {"D": 2, "mu": [0.0, 0.0], "Sigma": SIGMA_2D})
+
+
+@pytest.fixture(scope="session")
+def gauss100():
+    from ahmc_stan import StanModel
+
+    return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})

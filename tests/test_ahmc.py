@@ -16,22 +16,9 @@ from ahmc_stan import StanModel, tune_and_sample
 from ahmc_stan.hmc import HMCKernel, HMCParameters
 from ahmc_stan.samplers.ahmc import default_box, esjd_reward
 
-from .conftest import stan_model_path
+from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
 from .stats_util import assert_moments
 
-RHO = 0.99
-SIGMA_2D = np.array([[1.0, RHO], [RHO, 1.0]])
-SDS_100 = np.arange(1, 101) / 100
-
-
-@pytest.fixture(scope="module")
-def gauss2d():
-    return StanModel(stan_model_path("mvn"), {"D": 2, "mu": [0.0, 0.0], "Sigma": SIGMA_2D})
-
-
-@pytest.fixture(scope="module")
-def gauss100():
-    return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})
 
 
 # ---- the kernel --------------------------------------------------------------------------

@@ -11,19 +11,11 @@ from ahmc_stan.samplers.gad import proposal_cholesky
 from ahmc_stan.samplers.metropolis import (Target, accept, langevin_log_density,
                                            langevin_log_q_ratio, propose)
 
-from .conftest import stan_model_path
+from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
 from .stats_util import assert_moments
 
-RHO = 0.99
-SIGMA_2D = np.array([[1.0, RHO], [RHO, 1.0]])
-SDS_100 = np.arange(1, 101) / 100
 SDS_10 = np.arange(1, 11) / 10
 TARGET_ACCEPT = {"rwm": 0.234, "mala": 0.574}
-
-
-@pytest.fixture(scope="module")
-def gauss2d():
-    return StanModel(stan_model_path("mvn"), {"D": 2, "mu": [0.0, 0.0], "Sigma": SIGMA_2D})
 
 
 @pytest.fixture(scope="module")

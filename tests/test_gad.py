@@ -15,24 +15,11 @@ from ahmc_stan.samplers.gad import (objective, objective_gradient, plot_proposal
                                     proposal_cholesky)
 from ahmc_stan.samplers.metropolis import Target, langevin_log_q_ratio, propose
 
-from .conftest import stan_model_path
+from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
 from .stats_util import assert_moments
 
-RHO = 0.99
-SIGMA_2D = np.array([[1.0, RHO], [RHO, 1.0]])
-SDS_100 = np.arange(1, 101) / 100
 GAD = ["gadrwm", "gadmala", "gadmala_exact"]
 TARGET_ACCEPT = {"gadrwm": 0.25, "gadmala": 0.55, "gadmala_exact": 0.55}
-
-
-@pytest.fixture(scope="module")
-def gauss2d():
-    return StanModel(stan_model_path("mvn"), {"D": 2, "mu": [0.0, 0.0], "Sigma": SIGMA_2D})
-
-
-@pytest.fixture(scope="module")
-def gauss100():
-    return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})
 
 
 #: the authors' 2-d demo (Figure 1) runs gadRWM with η = 0.0005, ten times its Table 1 value
