@@ -161,8 +161,11 @@ def test_ctrl_c_on_parallel_chains_returns_partial_fit(tmp_path):
         import sys, ahmc_stan
         model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
         print("READY", flush=True)
+        # long trajectories (L in 50..100) keep the draws made before Ctrl-C few enough
+        # that constraining them afterwards is quick
         fit = ahmc_stan.tune_and_sample(model, chains=2, warmup=300, draws=10**7,
-                                        seed=1, progress=False, block_size=5)
+                                        seed=1, progress=False, block_size=5,
+                                        metric="identity", box=((0.01, 0.02), (50, 100)))
         print("INCOMPLETE", fit.incomplete, "SHAPE", fit.draws.shape, flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
