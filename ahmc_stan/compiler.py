@@ -6,8 +6,10 @@ has three parts:
 
 1. once per toolchain: a precompiled header of the Stan headers (``<cache>/pch-<key>``)
    and the object file of our C layer, ``csrc/ahmc_bridge.cpp`` (``<cache>/bridge-<key>``);
-2. per model: ``stanc`` → C++ → one object file compiled against the precompiled header,
-   in ``<cache>/models/<name>-<key>``;
+2. per model: ``stanc`` → C++ (with ``csrc/ahmc_third_order.hpp``, the third-order
+   autodiff entry points, appended; dropped if the model's functions lack third-order
+   instances) → one object file compiled against the precompiled header, in
+   ``<cache>/models/<name>-<key>``;
 3. a link of the two objects into ``model.so`` in ``lib-<key>`` inside the model's entry
    (so editing the C layer costs a link per model, not a compile).
 
@@ -46,6 +48,8 @@ RECIPE_VERSION = "1"
 _CSRC = Path(__file__).parent / "csrc"
 _PCH_HEADER = "stan_pch.hpp"
 _BRIDGE_SOURCE = "ahmc_bridge.cpp"
+#: Appended to every model's C++ (see that file); a module variable so a test can swap it.
+_THIRD_ORDER_SOURCE = _CSRC / "ahmc_third_order.hpp"
 _COMPLETE = "COMPLETE.json"
 
 _CXXFLAGS = [
@@ -279,7 +283,8 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
     tc = toolchain()
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)
-    code_key = _sha256(tc.pch_key, " ".join(stanc_args), *(c for _, c in sorted(sources)))[:16]
+    code_key = _sha256(tc.pch_key, " ".join(stanc_args), _THIRD_ORDER_SOURCE.read_bytes(),
+                       *(c for _, c in sorted(sources)))[:16]
     model_dir = cache_dir() / "models" / f"{stan_file.stem}-{code_key}"
     lib_dir = model_dir / f"lib-{tc.key}"
     if _read_complete(lib_dir) is not None:
@@ -299,9 +304,19 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         warnings = run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
                              list(stanc_args))
         log.write_text(warnings + "\n" if warnings else "")
-        _run([tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
-              str(pch / _PCH_HEADER), "-c", "model.cpp", "-o", "model.o"],
-             log, f"compiling the C++ of {stan_file.name}", cwd=tmp)
+        cpp = (tmp / "model.cpp").read_text()
+        (tmp / "model3.cpp").write_text(cpp + f'\n#include "{_THIRD_ORDER_SOURCE}"\n')
+        compile_cmd = [tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
+                       str(pch / _PCH_HEADER), "-c"]
+        try:
+            _run([*compile_cmd, "model3.cpp", "-o", "model.o"], log,
+                 f"compiling the C++ of {stan_file.name}", cwd=tmp)
+        except CompileError:
+            with open(log, "a") as fh:
+                fh.write("# without third-order autodiff (RMHMC falls back to finite "
+                         "differences of Hessians):\n")
+            _run([*compile_cmd, "model.cpp", "-o", "model.o"], log,
+                 f"compiling the C++ of {stan_file.name}", cwd=tmp)
         if verbose:
             print(f"compiled {stan_file.name} in {time.perf_counter() - start:.1f} s")
         return ["model.o"]

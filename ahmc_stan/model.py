@@ -198,24 +198,24 @@ class StanModel:
         return self._call(self.bridge.log_density_hessian_vector_product, self._point(x),
                           self._point(v), propto=propto, jacobian=jacobian)
 
-    def log_density_tr_hessian_grad(self, x, M) -> np.ndarray:
+    def log_density_tr_hessian_grad(self, x, M, method: str = "auto") -> np.ndarray:
         """Gradient of ``x ↦ tr(M ∇²log p(x))``: ``g_i = tr(M ∂(∇²log p)/∂x_i)``, the third
         derivative contraction of Riemann-manifold HMC (Girolami & Calderhead 2011, eq. 15;
-        Betancourt 2013, SoftAbs gradient).  Jacobian included; differences of exact
-        Hessians (see :meth:`DensityKernel.third_derivatives`)."""
+        Betancourt 2013, SoftAbs gradient).  Jacobian included; third-order autodiff
+        where the library has it (:meth:`DensityKernel.tr_hessian_grad`)."""
         x = self._point(x)
         M = np.ascontiguousarray(M, dtype=float)
         if M.shape != (self.dims, self.dims):
             raise ValueError(f"M must have shape ({self.dims}, {self.dims}), got {M.shape}")
         out = np.empty(self.dims)
-        if not self.kernel.tr_hessian_grad(x, M, out):
+        if not self.kernel.tr_hessian_grad(x, M, out, method):
             raise DensityError("the model threw or a derivative is not finite near this point")
         return out
 
-    def log_density_third_derivatives(self, x, method: str = "hessian") -> np.ndarray:
+    def log_density_third_derivatives(self, x, method: str = "auto") -> np.ndarray:
         """The symmetric tensor ``T[l, j, k] = ∂³log p / ∂x_l ∂x_j ∂x_k`` (Jacobian
-        included) by differences of exact Hessians or gradients
-        (:meth:`DensityKernel.third_derivatives`)."""
+        included), by third-order autodiff where the library has it, else differences of
+        exact Hessians or gradients (:meth:`DensityKernel.third_derivatives`)."""
         x = self._point(x)
         out = np.empty((self.dims,) * 3)
         if not self.kernel.third_derivatives(x, out, method):
@@ -352,10 +352,33 @@ class DensityKernel:
 
     # ---- second and third derivatives (Riemann-manifold HMC) -----------------------------
 
-    #: Relative steps of the finite differences behind the third derivatives
-    #: (``ahmc_bridge.cpp``): of exact Hessians, ≈ eps^(1/3), error ≈ 1e-10 relative; of
-    #: exact gradients (second differences), ≈ eps^(1/4), error ≈ 1e-7 relative.
-    third_derivative_steps = {"hessian": 6e-6, "gradient": 1.2e-4}
+    #: Relative steps of the finite differences behind the third derivatives of models
+    #: without third-order autodiff (``ahmc_bridge.cpp``): of exact Hessians,
+    #: ≈ eps^(1/3), error ≈ 1e-10 relative; of exact gradients (second differences),
+    #: ≈ eps^(1/4), error ≈ 1e-7 relative.
+    third_derivative_steps = {"hessian": 6e-6, "gradient": 1.2e-4, "autodiff": 0.0}
+    _third_methods = {"hessian": 0, "gradient": 1, "autodiff": 2}
+
+    @property
+    def third_order_available(self) -> bool:
+        """Whether the library has exact third-order autodiff (``fvar<fvar<var>>``, see
+        ``csrc/ahmc_third_order.hpp``); models whose functions lack those instances are
+        built without it."""
+        if "_third_order" not in self.__dict__:
+            fn = self._riemann_entry("ahmc_third_order_available", [])
+            self.__dict__["_third_order"] = bool(fn())
+        return self.__dict__["_third_order"]
+
+    def _third_method(self, method: str) -> int:
+        if method == "auto":
+            method = "autodiff" if self.third_order_available else "gradient"
+        if method not in self._third_methods:
+            raise ValueError(f"unknown third-derivative method {method!r}; expected one of "
+                             f"'auto', {', '.join(map(repr, self._third_methods))}")
+        if method == "autodiff" and not self.third_order_available:
+            raise RuntimeError("this model library was built without third-order autodiff "
+                               "(its build log says why); use 'gradient' or 'hessian'")
+        return self._third_methods[method]
 
     def _riemann_entry(self, name: str, argtypes: list):
         """A ctypes entry point of the C layer, bound on first use."""
@@ -382,24 +405,35 @@ class DensityKernel:
             return -np.inf
         return self._lp.value
 
-    def third_derivatives(self, x: np.ndarray, out: np.ndarray, method: str = "hessian"
+    def third_derivatives(self, x: np.ndarray, out: np.ndarray, method: str = "auto"
                           ) -> bool:
         """Write ``T[l, j, k] = ∂³log p/∂x_l∂x_j∂x_k`` (C-contiguous ``(dims,)*3``) into
-        ``out``; False where the model throws or a result is not finite.  The model
-        interface offers no third-order autodiff type, so: ``method="hessian"``, central
+        ``out``; False where the model throws or a result is not finite.  ``method``:
+        ``"autodiff"``, exact (``stan::math::grad_hessian``: dims(dims+1)/2
+        ``fvar<fvar<var>>`` sweeps); for libraries without it ``"hessian"``, central
         differences of autodiff Hessians (2·dims Hessians, ~1e-10 relative error), or
         ``"gradient"``, second differences of autodiff gradients (2·dims² + 1 gradients,
-        ~1e-7, several times cheaper); symmetrised."""
+        ~1e-7); ``"auto"`` (default) is autodiff where available, else "gradient"."""
         fn = self._riemann_entry("ahmc_third_derivatives",
                                  [_ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
-        code = {"hessian": 0, "gradient": 1}[method]
-        return fn(self._handle, x.ctypes.data, code, self.third_derivative_steps[method],
+        code = self._third_method(method)
+        name = [k for k, v in self._third_methods.items() if v == code][0]
+        return fn(self._handle, x.ctypes.data, code, self.third_derivative_steps[name],
                   out.ctypes.data) == 0
 
-    def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray) -> bool:
+    def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray,
+                        method: str = "auto") -> bool:
         """Write ``tr(M ∂(∇²log p)/∂x_l)`` for every l into ``out`` (``M`` C-contiguous
-        ``(dims, dims)``); False where the model throws or a result is not finite."""
+        ``(dims, dims)``); False where the model throws or a result is not finite.
+        ``method``: ``"autodiff"`` (``stan::math::grad_tr_mat_times_hessian``, dims
+        ``fvar<fvar<var>>`` sweeps) or ``"hessian"`` (differences of autodiff Hessians);
+        ``"auto"`` is autodiff where available."""
         fn = self._riemann_entry("ahmc_log_density_tr_hessian_grad",
-                                 [_ptr, _ptr, _ptr, ctypes.c_double, _ptr])
-        return fn(self._handle, x.ctypes.data, M.ctypes.data,
-                  self.third_derivative_steps["hessian"], out.ctypes.data) == 0
+                                 [_ptr, _ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
+        if method == "auto":
+            method = "autodiff" if self.third_order_available else "hessian"
+        if method not in ("autodiff", "hessian"):
+            raise ValueError("method must be 'auto', 'autodiff' or 'hessian'")
+        code = self._third_method(method)
+        return fn(self._handle, x.ctypes.data, M.ctypes.data, code,
+                  self.third_derivative_steps[method], out.ctypes.data) == 0

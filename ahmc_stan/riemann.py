@@ -38,13 +38,14 @@ with the third derivatives:
 The first part of W (the log-determinant) does not depend on p and is contracted once per
 point; the second is recontracted at every fixed-point iteration of the momentum update.
 Third derivatives come from :meth:`~ahmc_stan.model.DensityKernel.third_derivatives` once
-per point of the trajectory: Stan's model interface offers no third-order autodiff type,
-so they are finite differences of exact autodiff derivatives — by default second
-differences of gradients (``third_derivatives="gradient"``: 2d² + 1 gradients, ~1e−7
-relative error), or differences of Hessians (``"hessian"``: 2d Hessians, ~1e−10, on the
-Pima logistic regression ~20× dearer).  Either error is far below anything a Monte Carlo
-estimate can see: the integrator stays exactly reversible (the force is a fixed function,
-even in p) and volume-preserving up to that error.
+per point of the trajectory, as the full tensor (contracted here, at numpy speed, at every
+fixed-point iteration).  By default (``third_derivatives="auto"``) that is exact
+third-order autodiff, ``stan::math::grad_hessian`` on ``fvar<fvar<var>>`` compiled into the
+model's library (``csrc/ahmc_third_order.hpp``): d(d+1)/2 sweeps.  For a model whose
+functions lack third-order instances (its library is then built without them), "auto"
+falls back to second differences of autodiff gradients (``"gradient"``: 2d² + 1
+gradients, ~1e−7 relative error); ``"hessian"`` takes differences of Hessians (~1e−10).
+Either error is far below anything a Monte Carlo estimate can see.
 
 **Integrator**: the generalised leapfrog (Girolami & Calderhead 2011, eqs. 16–18)
 
@@ -188,8 +189,8 @@ class RMHMCState:
 @dataclass(frozen=True)
 class RMHMCInfo(HMCInfo):
     """:class:`~ahmc_stan.hmc.HMCInfo` plus, per iteration, autodiff Hessians evaluated
-    (outside third derivatives), third-derivative tensors evaluated (each 2·dims² + 1
-    gradients, or 2·dims Hessians) and whether a proposal failed a fixed-point solve or
+    (outside third derivatives), third-derivative tensors evaluated (each dims(dims+1)/2
+    third-order autodiff sweeps, or their finite-difference fallback) and whether a proposal failed a fixed-point solve or
     the reversibility check."""
 
     num_hessian: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
@@ -216,7 +217,7 @@ class RMHMCKernel:
     def __init__(self, density: DensityKernel, softness: float = DEFAULT_SOFTNESS,
                  fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
                  check_reversibility: bool = True, reversibility_tol: float = 1e-6,
-                 third_derivatives: str = "gradient"):
+                 third_derivatives: str = "auto"):
         if softness <= 0:
             raise ValueError("softness must be positive")
         self.density = density
@@ -224,8 +225,9 @@ class RMHMCKernel:
         self.tol = float(fixed_point_tol)
         self.max_iter = int(max_fixed_point_iterations)
         self.check_reversibility = bool(check_reversibility)
-        if third_derivatives not in ("gradient", "hessian"):
-            raise ValueError("third_derivatives must be 'gradient' or 'hessian'")
+        if third_derivatives not in ("auto", "autodiff", "gradient", "hessian"):
+            raise ValueError("third_derivatives must be 'auto', 'autodiff', 'gradient' or "
+                             "'hessian'")
         self.third_method = third_derivatives
         self.reversibility_tol = float(reversibility_tol)
         n = density.dims

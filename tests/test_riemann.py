@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ahmc_stan import DensityError, StanModel, tune_and_sample
+from ahmc_stan import DensityError, StanModel, compiler, tune_and_sample
 from ahmc_stan.hmc import HMCParameters
 from ahmc_stan.riemann import (RMHMCKernel, constant_softabs_metric, softabs_divided_differences,
                                softabs_eigenvalues, softabs_inv_metric)
@@ -59,24 +59,51 @@ def test_third_derivatives_analytic_and_finite_differences(logistic_model, logis
     x = rng.normal(scale=0.5, size=logistic_model.dims)
     exact = logistic_third(logistic_data, x)
     scale = np.abs(exact).max()
+    # third-order autodiff compiled into the model's library: the default
+    assert logistic_model.kernel.third_order_available
     T = logistic_model.log_density_third_derivatives(x)
-    assert np.abs(T - exact).max() < 1e-8 * scale
-    # the sampler's default: second differences of gradients, cheaper and less accurate
+    assert np.abs(T - exact).max() < 1e-12 * scale
+    np.testing.assert_array_equal(T, logistic_model.log_density_third_derivatives(x, "autodiff"))
+    # the fallbacks: differences of autodiff Hessians, and of gradients (cheaper, coarser)
+    T_hess = logistic_model.log_density_third_derivatives(x, method="hessian")
+    assert np.abs(T_hess - exact).max() < 1e-8 * scale
     T_grad = logistic_model.log_density_third_derivatives(x, method="gradient")
     assert np.abs(T_grad - exact).max() < 1e-6 * scale
     for perm in itertools.permutations(range(3)):
         np.testing.assert_allclose(T, T.transpose(perm), rtol=1e-14, atol=1e-14 * scale)
-    # the contraction tr(M ∂_l ∇²log p), against the analytic tensor and against
-    # independent central differences of the user-facing Hessian (another step size)
+    # the contraction tr(M ∂_l ∇²log p) (stan::math::grad_tr_mat_times_hessian), against
+    # the analytic tensor and against central differences of the user-facing Hessian
     M = rng.normal(size=(logistic_model.dims,) * 2)
-    c = logistic_model.log_density_tr_hessian_grad(x, M)
     c_exact = np.einsum("ljk,jk->l", exact, M)
-    assert np.abs(c - c_exact).max() < 1e-8 * np.abs(c_exact).max()
+    c = logistic_model.log_density_tr_hessian_grad(x, M)
+    assert np.abs(c - c_exact).max() < 1e-12 * np.abs(c_exact).max()
+    c_diff = logistic_model.log_density_tr_hessian_grad(x, M, method="hessian")
+    assert np.abs(c_diff - c_exact).max() < 1e-8 * np.abs(c_exact).max()
     h = 1e-4
     c_fd = np.array([np.sum(M * (logistic_model.log_density_hessian(x + h * e)[2]
                                  - logistic_model.log_density_hessian(x - h * e)[2])) / (2 * h)
                      for e in np.eye(logistic_model.dims)])
     assert np.abs(c - c_fd).max() < 1e-6 * np.abs(c_exact).max()
+    with pytest.raises(ValueError, match="method"):
+        logistic_model.log_density_third_derivatives(x, method="spline")
+
+
+def test_model_without_third_order_autodiff_falls_back(monkeypatch, tmp_path):
+    """A model whose C++ does not compile with the third-order entry points (simulated by
+    a snippet that does not compile) still builds; derivatives fall back to differences."""
+    broken = tmp_path / "broken_third_order.hpp"
+    broken.write_text('#error "no fvar<fvar<var>> instances in this test"\n')
+    monkeypatch.setattr(compiler, "_THIRD_ORDER_SOURCE", broken)
+    model = StanModel(stan_model_path("std_normal"), {"D": 2})
+    assert not model.kernel.third_order_available
+    assert "without third-order autodiff" in (
+        compiler.compile_model(stan_model_path("std_normal")).parent.parent
+        / "build.log").read_text()
+    x = np.array([0.3, -0.2])
+    np.testing.assert_array_equal(model.log_density_third_derivatives(x), 0.0)
+    np.testing.assert_array_equal(model.log_density_tr_hessian_grad(x, np.eye(2)), 0.0)
+    with pytest.raises(RuntimeError, match="without third-order autodiff"):
+        model.log_density_third_derivatives(x, method="autodiff")
 
 
 def test_derivative_errors(logistic_model):

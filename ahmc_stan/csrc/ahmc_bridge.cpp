@@ -566,8 +566,14 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
 //
 // Third derivatives: a model reached through `stan::model::model_base` has log_prob
 // overloads for double, var and fvar<var> only (STAN_MODEL_FVAR_VAR), so the
-// fvar<fvar<var>> evaluation that `stan::math::grad_tr_mat_times_hessian` needs does not
-// exist in this translation unit.  The third derivatives are therefore finite differences
+// fvar<fvar<var>> evaluations of `stan::math::grad_hessian` and
+// `stan::math::grad_tr_mat_times_hessian` live in the model's own translation unit
+// (csrc/ahmc_third_order.hpp, appended to the stanc output by ahmc_stan.compiler), which
+// defines the two weak symbols below.  Methods:
+//   method 2, exact third-order autodiff (when the model has it, see
+//     ahmc_third_order_available): n(n+1)/2 fvar<fvar<var>> sweeps for the tensor, n for
+//     a contraction;
+// and, for models whose functions have no fvar<fvar<var>> instances, finite differences
 // of exact autodiff derivatives, with steps h = rel_step * max(1, |x_l|):
 //   method 0, central differences of Hessians,  d_l H ~ (H(x + h e_l) - H(x - h e_l)) / 2h:
 //     2n Hessians (2n^2 forward-over-reverse sweeps); rel_step ~ eps^(1/3) = 6e-6 gives
@@ -576,6 +582,15 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
 //     - g(x + h_l e_l - h_j e_j) - g(x - h_l e_l + h_j e_j) + g(x - h_l e_l - h_j e_j)]
 //     / (4 h_l h_j) (and the 3-point rule for l = j): 2n^2 + 1 gradients, several times
 //     cheaper; rel_step ~ eps^(1/4) = 1.2e-4 gives ~1e-7 relative error.
+
+extern "C" {
+int ahmc_model_third_derivatives(const stan::model::model_base* model,
+                                 const double* theta_unc, double* third)
+    __attribute__((weak));
+int ahmc_model_grad_tr_hessian(const stan::model::model_base* model,
+                               const double* theta_unc, const double* mat, double* grad_tr)
+    __attribute__((weak));
+}
 
 namespace {
 
@@ -696,17 +711,26 @@ int ahmc_log_density_hessian(const bs_model* m, const double* theta_unc, double*
   return 0;
 }
 
+// 1 if this model library has exact third-order autodiff (method 2), else 0.
+int ahmc_third_order_available() {
+  return ahmc_model_third_derivatives != nullptr && ahmc_model_grad_tr_hessian != nullptr;
+}
+
 // The third-derivative tensor of log pi, third[(l * n + j) * n + k] = d^3 log pi /
-// dx_l dx_j dx_k, by `method` 0 (differences of Hessians) or 1 (second differences of
-// gradients) with relative step `rel_step` (see above), symmetrised over the six index
-// permutations.  Returns 0 or 1 (as above).
+// dx_l dx_j dx_k, by `method` 2 (autodiff), 0 (differences of Hessians) or 1 (second
+// differences of gradients) with relative step `rel_step` (see above; ignored by method
+// 2), symmetrised over the six index permutations.  Returns 0, 1 when the model threw or
+// a result is not finite, 2 when method 2 is not available.
 int ahmc_third_derivatives(const bs_model* m, const double* theta_unc, int method,
                            double rel_step, double* third) {
   try {
     ensure_ad_tape();
     const size_t n = m->param_unc_num;
     std::vector<double> raw(n * n * n);
-    if (method == 0) {
+    if (method == 2) {
+      if (!ahmc_third_order_available()) return 2;
+      if (ahmc_model_third_derivatives(m->model, theta_unc, raw.data())) return 1;
+    } else if (method == 0) {
       hessian_derivative_slices(m, theta_unc, rel_step,
                                 [&](int l, const Eigen::MatrixXd& s) {
                                   for (size_t j = 0; j < n; ++j)
@@ -730,14 +754,17 @@ int ahmc_third_derivatives(const bs_model* m, const double* theta_unc, int metho
 
 // grad_tr[l] = tr(M d/dx_l of the Hessian of log pi) for a dense n x n matrix M given
 // row-major: the gradient of x -> tr(M Hess log pi(x)), the contraction behind every
-// Riemannian-HMC force (what stan::math::grad_tr_mat_times_hessian computes where the
-// model has fvar<fvar<var>> instances; here by differences of autodiff Hessians, see
-// above).  Returns 0 or 1 (as above).
+// Riemannian-HMC force, by stan::math::grad_tr_mat_times_hessian (method 2) or central
+// differences of autodiff Hessians (method 0, see above).  Returns 0, 1 or 2 (as above).
 int ahmc_log_density_tr_hessian_grad(const bs_model* m, const double* theta_unc,
-                                     const double* mat, double rel_step,
+                                     const double* mat, int method, double rel_step,
                                      double* grad_tr) {
   try {
     ensure_ad_tape();
+    if (method == 2) {
+      if (!ahmc_third_order_available()) return 2;
+      return ahmc_model_grad_tr_hessian(m->model, theta_unc, mat, grad_tr) ? 1 : 0;
+    }
     const int n = m->param_unc_num;
     Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>
         mv(mat, n, n);

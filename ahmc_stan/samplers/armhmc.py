@@ -10,10 +10,10 @@ Girolami & Calderhead 2011 protocol).
 * ``"constant"`` (default above 200 dimensions): the SoftAbs of the Hessian at the mode
   (L-BFGS from the chain's initial point, :func:`~ahmc_stan.riemann.constant_softabs_metric`)
   as the fixed dense metric of plain HMC — what Girolami & Calderhead do for the LGCP.
-  A generalised-leapfrog step costs ~2d² gradients for the third derivatives, a handful
-  of Hessians (d forward-over-reverse sweeps each), O(d³) eigendecompositions and
-  contractions and a d³ tensor (64 MB at d = 200): above ~200 dimensions a constant
-  metric is the only affordable Riemannian choice.
+  A generalised-leapfrog step costs a third-derivative tensor (d(d+1)/2 third-order
+  autodiff sweeps), a handful of Hessians (d forward-over-reverse sweeps each), O(d³)
+  eigendecompositions and contractions and a d³ tensor (64 MB at d = 200): above ~200
+  dimensions a constant metric is the only affordable Riemannian choice.
 
 ARMHMC is AHMC's chain (:func:`~.ahmc.run_tuned_chain`) with the RMHMC kernel: a scale
 phase (``scale_fraction`` of warmup, default 1/5; skipped when a ``box`` is given) runs the
@@ -23,7 +23,7 @@ logistic-regression box is ε ∈ [0.1, 1], L ∈ {1..12}); then blocks of ``L_r
 iterations with the reward ESJD/sqrt(L) (Euclidean, as the paper).
 
 Statistics per iteration, beyond AHMC's: ``n_hessian`` (autodiff Hessians),
-``n_third`` (third-derivative tensors, each 2d Hessians by differences),
+``n_third`` (third-derivative tensors, each d(d+1)/2 third-order autodiff sweeps),
 ``fixed_point_failures``.  ``n_grad`` counts leapfrog steps (the paper's ESS/L); a step
 costs far more than a gradient, so compare samplers by ``min_ess_per_s`` too.  Work done
 outside recorded iterations (the first point's geometry, step-size probes, the optimiser
@@ -88,7 +88,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               progress: Callable[[int], None], *, metric: str | None = None,
               softness: float = DEFAULT_SOFTNESS, fixed_point_tol: float = 1e-10,
               max_fixed_point_iterations: int = 100, check_reversibility: bool = True,
-              third_derivatives: str = "gradient", box=None,
+              third_derivatives: str = "auto", box=None,
               scale_fraction: float | None = None, max_num_steps: int | None = None,
               callback: Callable | None = None, **tuning) -> ChainResult:
     """One ARMHMC chain (``sampler="armhmc"``).  ``softness``, ``fixed_point_tol``,
@@ -121,7 +121,7 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     step_size: float | None = None, num_steps: int | None = None,
                     metric: str | None = None, softness: float = DEFAULT_SOFTNESS,
                     fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
-                    check_reversibility: bool = True, third_derivatives: str = "gradient",
+                    check_reversibility: bool = True, third_derivatives: str = "auto",
                     jitter: bool = False, block_size: int = 10,
                     callback: Callable | None = None) -> ChainResult:
     """One RMHMC chain at a fixed, user-given (ε, L) (``sampler="rmhmc"``; warmup is
