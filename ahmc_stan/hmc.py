@@ -5,9 +5,9 @@ an identity, diagonal or dense inverse metric, and — as AHMC requires (Wang, M
 Freitas 2013, section 2) — the number of leapfrog steps drawn afresh each iteration,
 ``L_r ~ Uniform{1..L}``, a mixture of kernels that each satisfy detailed balance.
 
-The iterations run in C++ (``ahmc_hmc_block`` in ``csrc/ahmc_bridge.cpp``, the one place
-the algorithm is written); this module draws all the randomness from a numpy Generator, so
-the same seed gives the same draws.  A non-finite log density or gradient anywhere on the
+The iterations run in C++ (``ahmc_hmc_block_seeded`` in ``csrc/ahmc_bridge.cpp``, the one
+place the algorithm is written), random numbers included: each call takes one 64-bit seed
+from the caller's numpy Generator, so the same seed gives the same draws.  A non-finite log density or gradient anywhere on the
 trajectory rejects the proposal; an energy error above ``max_energy_error`` (1000, as
 Stan) marks the iteration divergent.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metric import InvMetric, draw_momenta
+from .metric import InvMetric
 from .model import DensityKernel
 
 __all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel"]
@@ -79,21 +79,17 @@ class HMCKernel:
 
     def run(self, rng: np.random.Generator, state: HMCState, params: HMCParameters,
             n_iter: int) -> tuple[HMCState, HMCInfo]:
-        """``n_iter`` iterations at fixed parameters in one call into C++."""
-        dims = len(state.position)
-        momenta = draw_momenta(rng, params.inv_metric, n_iter, dims)
-        if params.jitter:
-            n_steps = rng.integers(1, params.num_steps, size=n_iter, endpoint=True)
-        else:
-            n_steps = np.full(n_iter, params.num_steps)
-        log_u = np.log(rng.uniform(size=n_iter))
+        """``n_iter`` iterations at fixed parameters in one call into C++.  The call's
+        random numbers (momenta, ``L_r``, log u) are drawn in C++ from one 64-bit seed
+        taken from ``rng``, so the draws are a function of ``rng``'s state."""
+        seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()
         inv_metric = (None if params.inv_metric is None
                       else np.ascontiguousarray(params.inv_metric, dtype=float))
-        lp, out = self.density.hmc_block(params.step_size, n_steps, inv_metric, momenta,
-                                         log_u, self.max_energy_error, x, grad,
-                                         state.logdensity)
+        lp, out = self.density.hmc_block_seeded(
+            params.step_size, params.num_steps, params.jitter, inv_metric, seed, n_iter,
+            self.max_energy_error, x, grad, state.logdensity)
         info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
-                       out["divergent"].astype(bool), n_steps, out["n_grad"],
+                       out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
                        out["energy"], out["lp"])
         return HMCState(x, lp, grad), info

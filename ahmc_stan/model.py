@@ -128,11 +128,38 @@ class StanModel:
             if rng is None:
                 raise ValueError("generated quantities need an rng (Generator or seed)")
             seed = rng if isinstance(rng, (int, np.integer)) else rng.integers(2**31)
+            if x.ndim == 2 and self.kernel.native:
+                return self._constrain_rows(x, include_tp, include_gq, int(seed))
             stan_rng = self.bridge.new_rng(int(seed))
+        elif x.ndim == 2 and self.kernel.native:
+            return self._constrain_rows(x, include_tp, include_gq, 0)
         call = lambda row: self._call(self.bridge.param_constrain, np.ascontiguousarray(row),
                                       include_tp=include_tp, include_gq=include_gq,
                                       rng=stan_rng)
         return call(x) if x.ndim == 1 else np.array([call(row) for row in x])
+
+    def _constrain_rows(self, x: np.ndarray, include_tp: bool, include_gq: bool,
+                        seed: int) -> np.ndarray:
+        """All rows in one C++ call (``ahmc_param_constrain_rows``), generated quantities
+        drawing from one Stan RNG seeded with ``seed``."""
+        lib = self.bridge.stanlib
+        fn = lib.ahmc_param_constrain_rows
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool, ctypes.c_int,
+                       ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_char_p)]
+        x = np.ascontiguousarray(x, dtype=float)
+        if x.shape[1:] != (self.dims,):
+            raise ValueError(f"expected rows of {self.dims} unconstrained values, got {x.shape}")
+        out = np.empty((len(x), len(self.param_names(include_tp=include_tp,
+                                                     include_gq=include_gq))))
+        err = ctypes.c_char_p()
+        if fn(self.bridge.model, include_tp, include_gq, len(x), x.ctypes.data, seed,
+              out.ctypes.data, ctypes.byref(err)):
+            message = err.value.decode(errors="replace") if err.value else "unknown error"
+            lib.bs_free_error_msg(err)
+            raise DensityError(message)
+        return out
 
     def unconstrain(self, theta: np.ndarray | Mapping[str, Any]) -> np.ndarray:
         """Unconstrained point from constrained values: a flat array in ``param_names()``
@@ -260,6 +287,15 @@ class DensityKernel:
         self._hmc_block.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, _ptr, ctypes.c_int,
                                     _ptr, _ptr, _ptr, ctypes.c_double, _ptr, _ptr, _ptr,
                                     _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+        self._hmc_block_seeded = lib.ahmc_hmc_block_seeded
+        self._hmc_block_seeded.restype = ctypes.c_int
+        self._hmc_block_seeded.argtypes = [
+            _ptr, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            _ptr, ctypes.c_uint64, ctypes.c_double, *[_ptr] * 11]
+        self._draw_momenta = lib.ahmc_draw_momenta
+        self._draw_momenta.restype = ctypes.c_int
+        self._draw_momenta.argtypes = [ctypes.c_int, _ptr, ctypes.c_int, ctypes.c_uint64,
+                                       ctypes.c_int, _ptr]
         self._seconds = lib.ahmc_gradient_seconds
         self._seconds.restype = ctypes.c_double
         self._seconds.argtypes = [_ptr, _ptr, ctypes.c_int]
@@ -326,6 +362,44 @@ class DensityKernel:
                         *(out[k].ctypes.data for k in ("draws", "accept_prob", "accepted",
                                                         "divergent", "energy", "lp", "n_grad")))
         return self._lp.value, out
+
+    _BLOCK_OUTPUTS = (("draws", float), ("accept_prob", float), ("accepted", np.intc),
+                      ("divergent", np.intc), ("energy", float), ("lp", float),
+                      ("n_grad", np.intc))
+
+    def hmc_block_seeded(self, step_size: float, max_steps: int, jitter: bool,
+                         inv_metric: np.ndarray | None, seed: int, n_iter: int,
+                         max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
+                         ) -> tuple[float, dict]:
+        """As :meth:`hmc_block`, with the momenta, ``L_r ~ U{1..max_steps}`` (or
+        ``max_steps`` without ``jitter``) and log uniforms drawn in C++ from the 64-bit
+        ``seed`` (``ahmc_hmc_block_seeded``: xoshiro256++, Boost's ziggurat normals), so no
+        random numbers cross the language boundary; the outputs add ``n_steps``."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
+               for k, dtype in self._BLOCK_OUTPUTS}
+        out["n_steps"] = np.empty(n_iter, np.intc)
+        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
+        self._lp.value = lp
+        if self._hmc_block_seeded(
+                self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)), kind,
+                None if inv_metric is None else inv_metric.ctypes.data, seed,
+                max_energy_error, x.ctypes.data, grad.ctypes.data, self._lp_ptr,
+                out["n_steps"].ctypes.data,
+                *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS)):
+            raise ValueError("the dense inverse metric is not positive definite")
+        return self._lp.value, out
+
+    def draw_momenta(self, inv_metric: np.ndarray | None, seed: int, n: int) -> np.ndarray:
+        """``n`` momenta from N(0, M) drawn exactly as :meth:`hmc_block_seeded` draws them
+        (``ahmc_draw_momenta``)."""
+        out = np.empty((n, self.dims))
+        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
+        if self._draw_momenta(kind, None if inv_metric is None else inv_metric.ctypes.data,
+                              self.dims, seed, n, out.ctypes.data):
+            raise ValueError("the dense inverse metric is not positive definite")
+        return out
 
     def _leapfrog_python(self, n_steps, step_size, inv_metric, x, p, grad):
         lp = -np.inf

@@ -106,12 +106,11 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     gq_rngs = np.random.SeedSequence([seed, 1]).spawn(len(results))
 
     def constrained(r, rows, gq_seed):
-        gq_rng = np.random.default_rng(gq_seed)
         positions = r.positions[rows]
-        out = np.empty((len(positions), len(names)))
-        for i, x in enumerate(positions):
-            out[i] = model.constrain(x, include_tp=True, include_gq=True, rng=gq_rng)
-        return out
+        if not len(positions):
+            return np.empty((0, len(names)))
+        return model.constrain(positions, include_tp=True, include_gq=True,
+                               rng=np.random.default_rng(gq_seed))
 
     warm_rows, samp_rows = slice(0, n_warm), slice(warmup, warmup + n_samp)
     stack = lambda rows: np.array([constrained(r, rows, s) for r, s in zip(results, gq_rngs)])

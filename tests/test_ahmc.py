@@ -17,7 +17,7 @@ from ahmc_stan.hmc import HMCKernel, HMCParameters
 from ahmc_stan.samplers.ahmc import default_box, esjd_reward
 
 from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
-from .stats_util import assert_moments
+from .stats_util import assert_moments, z_bonferroni
 
 
 
@@ -40,6 +40,34 @@ def test_kernel_leaves_gaussian_invariant(gauss2d):
     # the correlation is preserved too: the whitened draws have unit variance
     whitened = ends @ np.linalg.inv(np.linalg.cholesky(SIGMA_2D)).T
     assert_moments(whitened[None], np.zeros(2), np.ones(2))
+
+
+def test_momenta_drawn_in_cpp_are_normal_with_covariance_m(mvn_model):
+    """The momenta of ahmc_hmc_block_seeded: p ~ N(0, M), M = (M⁻¹)⁻¹, for the identity,
+    a diagonal and a dense inverse metric; whitened by U (M⁻¹ = UᵀU) they are iid N(0, 1)
+    (means, sds, and correlations within z·1/sqrt(n)); the seed determines them."""
+    n, dims = 40000, mvn_model.dims
+    A = np.array([[1.0, 0.6, 0.2], [0.6, 2.0, -0.5], [0.2, -0.5, 0.7]])
+    z = z_bonferroni(3 * (2 * dims + dims * (dims - 1) // 2))
+    for seed, inv_metric in enumerate([None, np.array([0.25, 1.0, 4.0]), A]):
+        p = mvn_model.kernel.draw_momenta(inv_metric, seed, n)
+        if inv_metric is None:
+            white = p
+        elif inv_metric.ndim == 1:
+            white = p * np.sqrt(inv_metric)
+        else:
+            white = p @ np.linalg.cholesky(inv_metric)   # rows: (U p)ᵀ = pᵀ Uᵀ, Uᵀ = chol
+        assert_moments(white[None], np.zeros(dims), np.ones(dims), family_alpha=0.01 / 3)
+        corr = np.corrcoef(white.T)[np.triu_indices(dims, 1)]
+        assert np.all(np.abs(corr) < z / np.sqrt(n))
+        np.testing.assert_array_equal(p, mvn_model.kernel.draw_momenta(inv_metric, seed, n))
+        assert not np.array_equal(p, mvn_model.kernel.draw_momenta(inv_metric, seed + 7, n))
+    # L_r ~ Uniform{1..L}: a chi-square test on the counts of one long block
+    kernel = HMCKernel(mvn_model.kernel)
+    _, info = kernel.run(np.random.default_rng(3), kernel.init(np.zeros(dims)),
+                         HMCParameters(0.01, 6), 6000)
+    counts = np.bincount(info.num_steps, minlength=7)[1:]
+    assert counts.sum() == 6000 and stats.chisquare(counts).pvalue > 0.001
 
 
 def test_kernel_step_info_and_jitter(gauss2d):

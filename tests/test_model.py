@@ -124,6 +124,16 @@ def test_constrain_unconstrain_round_trip(constrained_model):
     assert gq[-1] == pytest.approx(theta[0] ** 2)
     rows = constrained_model.constrain(np.vstack([u, u]))
     assert rows.shape == (2, 8)
+    # many rows go through C++ in one call and agree with the row-by-row transform
+    U = rng.normal(size=(500, 8))
+    batch = constrained_model.constrain(U, include_tp=True, include_gq=True, rng=3)
+    assert batch.shape == (500, 9)
+    for i in (0, 123, 499):
+        np.testing.assert_allclose(batch[i], constrained_model.constrain(
+            U[i], include_tp=True, include_gq=True, rng=0), rtol=1e-15)
+    np.testing.assert_array_equal(batch[:, -1], batch[:, 0] ** 2)
+    with pytest.raises(ValueError, match="rows of 8"):
+        constrained_model.constrain(U[:, :5])
 
 
 # ---- logistic regression: gradient against finite differences --------------------------

@@ -15,7 +15,11 @@
 
 #include <stan_pch.hpp>
 
+#include <boost/random/normal_distribution.hpp>
+#include <boost/random/uniform_int_distribution.hpp>
+
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -478,6 +482,25 @@ int ahmc_log_density_gradient(const bs_model* m, bool propto, bool jacobian,
   return 0;
 }
 
+// bs_param_constrain for `n_rows` points (rows of `theta_unc`, row-major) in one call, the
+// generated quantities drawing from one Stan RNG seeded with `seed`, created here.  Rows
+// of `theta` have bs_param_num(m, include_tp, include_gq) values.
+int ahmc_param_constrain_rows(const bs_model* m, bool include_tp, bool include_gq,
+                              int n_rows, const double* theta_unc, unsigned int seed,
+                              double* theta, char** error_msg) {
+  return guarded(error_msg, [&] {
+    bs_rng rng(seed);
+    const int n = m->param_unc_num;
+    const int n_out = m->param_num[include_tp][include_gq];
+    vector_d x(n), out;
+    for (int i = 0; i < n_rows; ++i) {
+      x = Eigen::Map<const vector_d>(theta_unc + static_cast<size_t>(i) * n, n);
+      m->model->write_array(rng.rng, x, out, include_tp, include_gq, print_stream);
+      std::copy(out.data(), out.data() + n_out, theta + static_cast<size_t>(i) * n_out);
+    }
+  });
+}
+
 // Seconds per gradient evaluation measured inside the library (the bare C++ cost):
 // `n_reps` evaluations at `theta_unc`, timed with a steady clock.
 double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_reps) {
@@ -492,6 +515,163 @@ double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_r
   return elapsed.count() / n_reps;
 }
 
+}  // extern "C"
+
+// =======================================================================================
+// The HMC loop shared by the sampler entry points below (the one place the algorithm is
+// written), and the random numbers of ahmc_hmc_block_seeded.
+
+namespace {
+
+// Leapfrog steps in place (see ahmc_leapfrog); `velocity` is work space of size n.
+int leapfrog(const bs_model* m, int n_steps, double eps, int metric, const double* inv_metric,
+             Eigen::Ref<vector_d> x, Eigen::Ref<vector_d> p, Eigen::Ref<vector_d> grad,
+             double* lp, vector_d& velocity) {
+  for (int step = 0; step < n_steps; ++step) {
+    p += 0.5 * eps * grad;
+    apply_inv_metric(metric, inv_metric, p, velocity);
+    x += eps * velocity;
+    if (ahmc_log_density_gradient(m, true, true, x.data(), lp, grad.data()) != 0) {
+      *lp = -std::numeric_limits<double>::infinity();
+      return step + 1;
+    }
+    p += 0.5 * eps * grad;
+  }
+  return n_steps;
+}
+
+// Per-iteration outputs of a block of HMC iterations (see ahmc_hmc_block).
+struct block_outputs {
+  double* draws;
+  double* accept_prob;
+  int* accepted;
+  int* divergent;
+  double* energy;
+  double* lp_out;
+  int* n_grad;
+};
+
+// `n_iter` HMC iterations from the state (x, grad, lp), updated in place.
+// `draw(i, p, log_u)` writes iteration i's momentum and log uniform and returns its
+// number of leapfrog steps.  Proposal and current state live in two buffers that swap on
+// acceptance, so an iteration copies nothing but its output row.
+template <typename Draw>
+void hmc_iterations(const bs_model* m, int n_iter, double eps, int metric,
+                    const double* inv_metric, Draw&& draw, double max_energy_error,
+                    double* x, double* grad, double* lp, const block_outputs& out) {
+  const int n = m->param_unc_num;
+  vector_d xs[2] = {Eigen::Map<vector_d>(x, n), vector_d(n)};
+  vector_d gs[2] = {Eigen::Map<vector_d>(grad, n), vector_d(n)};
+  vector_d p(n), work(n);
+  int cur = 0;
+  double lp_cur = *lp;
+  for (int i = 0; i < n_iter; ++i) {
+    double log_u;
+    const int n_steps = draw(i, p, log_u);
+    const double h0 = -lp_cur + kinetic_energy(metric, inv_metric, p, work);
+    const int prop = 1 - cur;
+    xs[prop] = xs[cur];
+    gs[prop] = gs[cur];
+    double lp_new = lp_cur;
+    out.n_grad[i] = leapfrog(m, n_steps, eps, metric, inv_metric, xs[prop], p, gs[prop],
+                             &lp_new, work);
+    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
+    const double delta = h1 - h0;
+    const bool finite = std::isfinite(delta);
+    out.accept_prob[i] = finite ? std::min(1.0, std::exp(-delta)) : 0.0;
+    out.divergent[i] = !finite || delta > max_energy_error;
+    out.accepted[i] = finite && log_u < -delta;
+    if (out.accepted[i]) {
+      cur = prop;
+      lp_cur = lp_new;
+    }
+    out.energy[i] = out.accepted[i] ? h1 : h0;
+    out.lp_out[i] = lp_cur;
+    std::copy(xs[cur].data(), xs[cur].data() + n, out.draws + static_cast<size_t>(i) * n);
+  }
+  std::copy(xs[cur].data(), xs[cur].data() + n, x);
+  std::copy(gs[cur].data(), gs[cur].data() + n, grad);
+  *lp = lp_cur;
+}
+
+// Random numbers for a block of iterations: xoshiro256++ (Blackman & Vigna 2021,
+// "Scrambled linear pseudorandom number generators"), its state seeded by splitmix64 from
+// one 64-bit seed that the caller draws from its numpy Generator, so a chain stays
+// reproducible from its seed.  Normals by Boost's ziggurat.
+class block_rng {
+ public:
+  using result_type = uint64_t;
+  explicit block_rng(uint64_t seed) {
+    for (auto& word : s_) {  // splitmix64
+      uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      word = z ^ (z >> 31);
+    }
+  }
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~result_type(0); }
+  result_type operator()() {
+    const uint64_t result = rotl(s_[0] + s_[3], 23) + s_[0];
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  double normal() { return normal_(*this); }
+  // Uniform on (0, 1]: never 0, so its log is finite.
+  double uniform_positive() { return static_cast<double>(((*this)() >> 11) + 1) * 0x1.0p-53; }
+  int uniform_int(int low, int high) {
+    return boost::random::uniform_int_distribution<int>(low, high)(*this);
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+  boost::random::normal_distribution<double> normal_;
+};
+
+// Momenta p ~ N(0, M), M = (M^-1)^-1 (Neal 2011, section 5.4.1): z standard normal and
+// p = z for the identity, z / sqrt(M^-1) for a diagonal metric, and U^-1 z for a dense
+// M^-1 = U'U (U upper triangular; then Cov(p) = U^-1 U^-T = M).
+class momentum_sampler {
+ public:
+  momentum_sampler(int metric, const double* inv_metric, int n) : metric_(metric), z_(n) {
+    if (metric == 1) {
+      scale_ = Eigen::Map<const vector_d>(inv_metric, n).cwiseSqrt().cwiseInverse();
+    } else if (metric == 2) {
+      llt_.compute(Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
+                                                  Eigen::RowMajor>>(inv_metric, n, n));
+      ok_ = llt_.info() == Eigen::Success;
+    }
+  }
+  bool ok() const { return ok_; }
+  void draw(block_rng& rng, Eigen::Ref<vector_d> p) {
+    for (Eigen::Index j = 0; j < z_.size(); ++j) z_(j) = rng.normal();
+    if (metric_ == 0) {
+      p = z_;
+    } else if (metric_ == 1) {
+      p = z_.cwiseProduct(scale_);
+    } else {
+      p = llt_.matrixU().solve(z_);
+    }
+  }
+
+ private:
+  int metric_;
+  bool ok_ = true;
+  vector_d z_, scale_;
+  Eigen::LLT<Eigen::MatrixXd> llt_;
+};
+
+}  // namespace
+
+extern "C" {
+
 // Leapfrog integration of Hamiltonian dynamics for H(x, p) = -log pi(x) + p' M^-1 p / 2
 // (Neal 2011, eq. 5.18-5.20): `n_steps` steps of size `eps` starting from (x, p) with
 // `grad`/`lp` the log density gradient and value at x.  All four are updated in place.
@@ -501,21 +681,10 @@ double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_r
 int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
                   const double* inv_metric, double* x, double* p, double* grad,
                   double* lp) {
-  static thread_local vector_d velocity;
-  velocity.resize(m->param_unc_num);
   const int n = m->param_unc_num;
-  Eigen::Map<vector_d> xv(x, n), pv(p, n), gv(grad, n);
-  for (int step = 0; step < n_steps; ++step) {
-    pv += 0.5 * eps * gv;
-    apply_inv_metric(metric, inv_metric, pv, velocity);
-    xv += eps * velocity;
-    if (ahmc_log_density_gradient(m, true, true, x, lp, grad) != 0) {
-      *lp = -std::numeric_limits<double>::infinity();
-      return step + 1;
-    }
-    pv += 0.5 * eps * gv;
-  }
-  return n_steps;
+  vector_d velocity(n);
+  return leapfrog(m, n_steps, eps, metric, inv_metric, Eigen::Map<vector_d>(x, n),
+                  Eigen::Map<vector_d>(p, n), Eigen::Map<vector_d>(grad, n), lp, velocity);
 }
 
 // `n_iter` iterations of HMC (Neal 2011, section 5.3.2) with the number of leapfrog steps
@@ -532,31 +701,57 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
                     double* lp, double* draws, double* accept_prob, int* accepted,
                     int* divergent, double* energy, double* lp_out, int* n_grad) {
   const int n = m->param_unc_num;
-  Eigen::Map<vector_d> xv(x, n), gv(grad, n);
-  vector_d x_new(n), p(n), g_new(n), work(n);
-  for (int i = 0; i < n_iter; ++i) {
-    p = Eigen::Map<const vector_d>(momenta + static_cast<size_t>(i) * n, n);
-    const double h0 = -*lp + kinetic_energy(metric, inv_metric, p, work);
-    x_new = xv;
-    g_new = gv;
-    double lp_new = *lp;
-    n_grad[i] = ahmc_leapfrog(m, n_steps[i], eps, metric, inv_metric, x_new.data(),
-                              p.data(), g_new.data(), &lp_new);
-    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
-    const double delta = h1 - h0;
-    const bool finite = std::isfinite(delta);
-    accept_prob[i] = finite ? std::min(1.0, std::exp(-delta)) : 0.0;
-    divergent[i] = !finite || delta > max_energy_error;
-    accepted[i] = finite && log_u[i] < -delta;
-    if (accepted[i]) {
-      xv = x_new;
-      gv = g_new;
-      *lp = lp_new;
-    }
-    energy[i] = accepted[i] ? h1 : h0;
-    lp_out[i] = *lp;
-    std::copy(x, x + n, draws + static_cast<size_t>(i) * n);
+  hmc_iterations(
+      m, n_iter, eps, metric, inv_metric,
+      [&](int i, Eigen::Ref<vector_d> p, double& log_u_i) {
+        p = Eigen::Map<const vector_d>(momenta + static_cast<size_t>(i) * n, n);
+        log_u_i = log_u[i];
+        return n_steps[i];
+      },
+      max_energy_error, x, grad, lp,
+      {draws, accept_prob, accepted, divergent, energy, lp_out, n_grad});
+}
+
+// As ahmc_hmc_block, with the randomness drawn here from `seed` (block_rng above), per
+// iteration in this order: the momentum p ~ N(0, M) (dims normals), L_r ~ Uniform{1..L}
+// with L = `max_steps` (or L_r = L when `jitter` is 0), log u; L_r goes to `n_steps`.
+// Returns 0, or 1 when a dense `inv_metric` is not positive definite.
+int ahmc_hmc_block_seeded(const bs_model* m, int n_iter, double eps, int max_steps,
+                          int jitter, int metric, const double* inv_metric, uint64_t seed,
+                          double max_energy_error, double* x, double* grad, double* lp,
+                          int* n_steps, double* draws, double* accept_prob, int* accepted,
+                          int* divergent, double* energy, double* lp_out, int* n_grad) {
+  const int n = m->param_unc_num;
+  momentum_sampler momentum(metric, inv_metric, n);
+  if (!momentum.ok()) return 1;
+  block_rng rng(seed);
+  hmc_iterations(
+      m, n_iter, eps, metric, inv_metric,
+      [&](int i, Eigen::Ref<vector_d> p, double& log_u_i) {
+        momentum.draw(rng, p);
+        n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
+        log_u_i = std::log(rng.uniform_positive());
+        return n_steps[i];
+      },
+      max_energy_error, x, grad, lp,
+      {draws, accept_prob, accepted, divergent, energy, lp_out, n_grad});
+  return 0;
+}
+
+// `n` momenta (rows of `out`) from N(0, M) drawn as ahmc_hmc_block_seeded draws them (for
+// tests of the generator).  Returns 0, or 1 when a dense `inv_metric` is not positive
+// definite.
+int ahmc_draw_momenta(int metric, const double* inv_metric, int dims, uint64_t seed, int n,
+                      double* out) {
+  momentum_sampler momentum(metric, inv_metric, dims);
+  if (!momentum.ok()) return 1;
+  block_rng rng(seed);
+  vector_d p(dims);
+  for (int i = 0; i < n; ++i) {
+    momentum.draw(rng, p);
+    std::copy(p.data(), p.data() + dims, out + static_cast<size_t>(i) * dims);
   }
+  return 0;
 }
 
 }  // extern "C"
