@@ -164,6 +164,11 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                        help="local worker processes (default: all cores)")
     suite.add_argument("--out", metavar="DIR", default="comparisons/results",
                        help="results folder (a quick/ or full/ subfolder is written)")
+    suite.add_argument("--experiments", metavar="A,B,...", default=None,
+                       help="run only these experiments (default: all of the mode)")
+    suite.add_argument("--fresh", action="store_true",
+                       help="rerun every job instead of reusing the finished ones kept "
+                            "in the results folder's jobs/")
 
 
 def compare_model(args: argparse.Namespace) -> int:
@@ -203,9 +208,11 @@ def _compare(args: argparse.Namespace) -> int:
 
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()] \
         if args.samplers else None
+    only = [s.strip() for s in args.experiments.split(",") if s.strip()] \
+        if args.experiments else None
     run_suite(args.suite, quick=args.quick, samplers=samplers, repeats=args.repeats,
-              out_dir=args.out, client=args.scheduler, workers=args.workers,
-              command="ahmc-stan " + " ".join(sys.argv[1:]))
+              out_dir=args.out, client=args.scheduler, workers=args.workers, only=only,
+              resume=not args.fresh, command="ahmc-stan " + " ".join(sys.argv[1:]))
     return 0
 
 

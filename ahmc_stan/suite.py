@@ -25,12 +25,15 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import math
 import multiprocessing
 import os
+import pickle
 import platform
+import shutil
 import sys
 import time
 import traceback
@@ -378,6 +381,34 @@ def _executor(client, workers: int | None):
     return submit, (lambda fut: fut.result()), (lambda: client.close() if own else None)
 
 
+def _checkpoint_name(job: Job) -> str:
+    """A finished job's file in ``<out>/<mode>/jobs``: everything that decides its result
+    (experiment, sampler, repeat, seed, chains, iterations)."""
+    return (f"{job.experiment}-{job.spec.label}-r{job.repeat}-s{job.seed}-"
+            f"{job.chains}x{job.warmup}+{job.draws}.pkl")
+
+
+def _save_checkpoint(path: Path, result: Callable, future) -> None:
+    """Keep a finished job's output (not a failed one), written atomically, so that an
+    interrupted or extended suite run reuses it."""
+    try:
+        out = result(future)
+    except BaseException:  # noqa: BLE001 — cancelled or lost: nothing to keep
+        return
+    if out["row"].get("error"):
+        return
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(pickle.dumps(out))
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path) -> dict | None:
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
 def _cost(job: Job) -> float:
     """A rough relative cost, to order the submissions."""
     return job.model.dims * job.chains * (job.warmup + job.draws) / job.spec.iteration_factor
@@ -459,15 +490,18 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
               client: Any = None, *, only: Sequence[str] | None = None,
               iterations: tuple[int, int] | None = None, chains: int | None = None,
               seed: int = 20130616, workers: int | None = None, figures: bool = True,
-              command: str | None = None, log: Callable[[str], None] | None = print
-              ) -> dict:
+              command: str | None = None, log: Callable[[str], None] | None = print,
+              resume: bool = True) -> dict:
     """Run the suite and write its tables and figures to ``out_dir/quick`` (or ``/full``).
 
     ``samplers``: table labels (default: ``QUICK["samplers"]`` when quick, else every
     registered sampler); NUTS always runs.  ``client``: ``None`` (local process pool of
     ``workers`` processes, default all cores), a ``dask.distributed.Client`` or a
     scheduler address.  ``only``, ``iterations`` ``(warmup, draws)`` and ``chains``
-    shrink a run (the tests' smoke configuration).  Returns ``{"jobs": DataFrame,
+    shrink a run (the tests' smoke configuration).  Every finished job is kept in
+    ``out_dir/<mode>/jobs/`` and reused by a later run with the same settings (an
+    interrupted full run continues where it stopped); ``resume=False`` starts afresh.
+    Returns ``{"jobs": DataFrame,
     "chains": DataFrame, "tables": {name: markdown}, "out_dir": Path, "wall_seconds"}``.
     """
     import pandas as pd
@@ -519,22 +553,36 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
                 jobs.append(Job(n, exp.group, spec, r, job_seed(seed, n, label, r), n_chains,
                                 warmup, draws, model, columns,
                                 keep_field=exp.group == "lgcp" and r == 0))
-    log(f"running {len(jobs)} jobs " + ("locally" if client is None else "on Dask"))
+    target = Path(out_dir) / mode
+    checkpoints = target / "jobs"
+    if not resume and checkpoints.exists():
+        shutil.rmtree(checkpoints)
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    finished = {i: out for i, job in enumerate(jobs)
+                if (out := _load_checkpoint(checkpoints / _checkpoint_name(job))) is not None}
+    if finished:
+        log(f"reusing {len(finished)} finished jobs from {checkpoints}")
+    todo = [i for i in range(len(jobs)) if i not in finished]
+    log(f"running {len(todo)} jobs " + ("locally" if client is None else "on Dask"))
     submit, result, shutdown = _executor(client, workers)
     try:  # the costliest jobs first, so that they do not start last
-        order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))
-        futures = dict(zip(order, (submit(run_job, jobs[i]) for i in order)))
-        outs = _gather([futures[i] for i in range(len(jobs))], result, log)
+        order = sorted(todo, key=lambda i: -_cost(jobs[i]))
+        futures = {}
+        for i in order:
+            futures[i] = submit(run_job, jobs[i])
+            futures[i].add_done_callback(functools.partial(
+                _save_checkpoint, checkpoints / _checkpoint_name(jobs[i]), result))
+        outs = _gather([futures[i] if i in futures else finished[i] for i in range(len(jobs))],
+                       lambda f: f if isinstance(f, dict) else result(f), log)
     finally:
         shutdown()
 
     sens = sensitivity_demo(models["gauss2d"]) if "gauss2d" in models else None
     wall = time.perf_counter() - start
     job_df = pd.DataFrame([o["row"] for o in outs])
+    job_df["reused"] = [i in finished for i in range(len(jobs))]
     chain_df = pd.DataFrame([c for o in outs for c in o["chains"]])
     fields = {o["row"]["sampler"]: o["field"] for o in outs if "field" in o}
-    target = Path(out_dir) / mode
-    target.mkdir(parents=True, exist_ok=True)
     config = {
         "suite": suite, "mode": mode, "experiments": names, "samplers": labels,
         "repeats": repeats, "chains_per_job": n_chains, "seed": seed,
@@ -543,6 +591,7 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
                        for n in names},
         "skipped": skipped,
         "executor": "local process pool" if client is None else "dask.distributed",
+        "jobs_reused": len(finished),
         "workers": workers or os.cpu_count(),
     }
     truth = (datasets.simulate_lgcp(_lgcp_grid(not quick), seed=1)

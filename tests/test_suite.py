@@ -134,6 +134,22 @@ def test_runner_writes_the_tables(smoke):
 
 @pytest.mark.cmdstan
 @pytest.mark.slow
+def test_rerun_reuses_the_finished_jobs(smoke):
+    """Finished jobs are kept in jobs/; running the same suite again reuses them (an
+    interrupted full run continues) and gives the same table."""
+    kept = sorted(p.name for p in (smoke["out_dir"] / "jobs").glob("*.pkl"))
+    assert len(kept) == 2 and kept[0].startswith("gauss2d-ahmc-r0-")
+    again = run_suite(out_dir=smoke["out_dir"].parent, log=None, figures=False, **SMOKE)
+    assert again["jobs"]["reused"].all() and not smoke["jobs"]["reused"].any()
+    assert again["jobs"].drop(columns="reused").equals(smoke["jobs"].drop(columns="reused"))
+    # a corrupt checkpoint is not trusted: that job runs again
+    (smoke["out_dir"] / "jobs" / kept[0]).write_bytes(b"not a pickle")
+    third = run_suite(out_dir=smoke["out_dir"].parent, log=None, figures=False, **SMOKE)
+    assert list(third["jobs"]["reused"]) == [False, True]
+
+
+@pytest.mark.cmdstan
+@pytest.mark.slow
 def test_dask_path_gives_the_same_table(smoke, tmp_path):
     from dask.distributed import Client, LocalCluster
 
