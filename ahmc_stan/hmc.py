@@ -80,7 +80,7 @@ class HMCKernel:
     def run(self, rng: np.random.Generator, state: HMCState, params: HMCParameters,
             n_iter: int) -> tuple[HMCState, HMCInfo]:
         """``n_iter`` iterations at fixed parameters in one call into C++.  The call's
-        random numbers (momenta, ``L_r``, log u) are drawn in C++ from one 64-bit seed
+        random numbers (momenta, ``L_r``, the Metropolis uniform) are drawn in C++ from one 64-bit seed
         taken from ``rng``, so the draws are a function of ``rng``'s state."""
         seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()

@@ -372,7 +372,7 @@ class DensityKernel:
                          max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
                          ) -> tuple[float, dict]:
         """As :meth:`hmc_block`, with the momenta, ``L_r ~ U{1..max_steps}`` (or
-        ``max_steps`` without ``jitter``) and log uniforms drawn in C++ from the 64-bit
+        ``max_steps`` without ``jitter``) and uniforms drawn in C++ from the 64-bit
         ``seed`` (``ahmc_hmc_block_seeded``: xoshiro256++, Boost's ziggurat normals), so no
         random numbers cross the language boundary; the outputs add ``n_steps``."""
         if not self.native:

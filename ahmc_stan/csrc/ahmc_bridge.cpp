@@ -16,7 +16,6 @@
 #include <stan_pch.hpp>
 
 #include <boost/random/normal_distribution.hpp>
-#include <boost/random/uniform_int_distribution.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -166,11 +165,21 @@ void apply_inv_metric(int metric, const double* inv_metric,
   }
 }
 
-// Kinetic energy p' M^-1 p / 2, using `work` as scratch space.
+// Kinetic energy p' M^-1 p / 2, using `work` as scratch space (dense metric only).
 double kinetic_energy(int metric, const double* inv_metric,
                       const Eigen::Ref<const vector_d>& p, Eigen::Ref<vector_d> work) {
-  apply_inv_metric(metric, inv_metric, p, work);
-  return 0.5 * p.dot(work);
+  const Eigen::Index n = p.size();
+  const double* pv = p.data();
+  double sum = 0.0;
+  if (metric == 0) {
+    for (Eigen::Index i = 0; i < n; ++i) sum += pv[i] * pv[i];
+  } else if (metric == 1) {
+    for (Eigen::Index i = 0; i < n; ++i) sum += pv[i] * pv[i] * inv_metric[i];
+  } else {
+    apply_inv_metric(metric, inv_metric, p, work);
+    sum = p.dot(work);
+  }
+  return 0.5 * sum;
 }
 
 }  // namespace
@@ -527,15 +536,26 @@ namespace {
 int leapfrog(const bs_model* m, int n_steps, double eps, int metric, const double* inv_metric,
              Eigen::Ref<vector_d> x, Eigen::Ref<vector_d> p, Eigen::Ref<vector_d> grad,
              double* lp, vector_d& velocity) {
+  const Eigen::Index n = x.size();
+  double *xv = x.data(), *pv = p.data(), *gv = grad.data();
+  const double half = 0.5 * eps;
   for (int step = 0; step < n_steps; ++step) {
-    p += 0.5 * eps * grad;
-    apply_inv_metric(metric, inv_metric, p, velocity);
-    x += eps * velocity;
-    if (ahmc_log_density_gradient(m, true, true, x.data(), lp, grad.data()) != 0) {
+    // half step in p and full step in x, fused for the identity and diagonal metrics
+    if (metric == 0) {
+      for (Eigen::Index i = 0; i < n; ++i) xv[i] += eps * (pv[i] += half * gv[i]);
+    } else if (metric == 1) {
+      for (Eigen::Index i = 0; i < n; ++i)
+        xv[i] += eps * inv_metric[i] * (pv[i] += half * gv[i]);
+    } else {
+      p += half * grad;
+      apply_inv_metric(metric, inv_metric, p, velocity);
+      x += eps * velocity;
+    }
+    if (ahmc_log_density_gradient(m, true, true, xv, lp, gv) != 0) {
       *lp = -std::numeric_limits<double>::infinity();
       return step + 1;
     }
-    p += 0.5 * eps * grad;
+    for (Eigen::Index i = 0; i < n; ++i) pv[i] += half * gv[i];
   }
   return n_steps;
 }
@@ -552,7 +572,7 @@ struct block_outputs {
 };
 
 // `n_iter` HMC iterations from the state (x, grad, lp), updated in place.
-// `draw(i, p, log_u)` writes iteration i's momentum and log uniform and returns its
+// `draw(i, p, u)` writes iteration i's momentum and uniform u in (0, 1] and returns its
 // number of leapfrog steps.  Proposal and current state live in two buffers that swap on
 // acceptance, so an iteration copies nothing but its output row.
 template <typename Draw>
@@ -566,8 +586,8 @@ void hmc_iterations(const bs_model* m, int n_iter, double eps, int metric,
   int cur = 0;
   double lp_cur = *lp;
   for (int i = 0; i < n_iter; ++i) {
-    double log_u;
-    const int n_steps = draw(i, p, log_u);
+    double u;
+    const int n_steps = draw(i, p, u);
     const double h0 = -lp_cur + kinetic_energy(metric, inv_metric, p, work);
     const int prop = 1 - cur;
     xs[prop] = xs[cur];
@@ -578,9 +598,10 @@ void hmc_iterations(const bs_model* m, int n_iter, double eps, int metric,
     const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
     const double delta = h1 - h0;
     const bool finite = std::isfinite(delta);
-    out.accept_prob[i] = finite ? std::min(1.0, std::exp(-delta)) : 0.0;
+    const double ratio = finite ? std::exp(-delta) : 0.0;  // accept iff u < exp(-dH)
+    out.accept_prob[i] = std::min(1.0, ratio);
     out.divergent[i] = !finite || delta > max_energy_error;
-    out.accepted[i] = finite && log_u < -delta;
+    out.accepted[i] = u < ratio;
     if (out.accepted[i]) {
       cur = prop;
       lp_cur = lp_new;
@@ -625,8 +646,18 @@ class block_rng {
   double normal() { return normal_(*this); }
   // Uniform on (0, 1]: never 0, so its log is finite.
   double uniform_positive() { return static_cast<double>(((*this)() >> 11) + 1) * 0x1.0p-53; }
+  // Uniform on {low..high}, exactly: Lemire's multiply-and-reject (2019, "Fast random
+  // integer generation in an interval"), no division on the common path.
   int uniform_int(int low, int high) {
-    return boost::random::uniform_int_distribution<int>(low, high)(*this);
+    const uint64_t range = static_cast<uint64_t>(high - low) + 1;
+    __uint128_t product = static_cast<__uint128_t>((*this)()) * range;
+    if (static_cast<uint64_t>(product) < range) {
+      const uint64_t threshold = (0 - range) % range;
+      while (static_cast<uint64_t>(product) < threshold) {
+        product = static_cast<__uint128_t>((*this)()) * range;
+      }
+    }
+    return low + static_cast<int>(product >> 64);
   }
 
  private:
@@ -651,12 +682,14 @@ class momentum_sampler {
   }
   bool ok() const { return ok_; }
   void draw(block_rng& rng, Eigen::Ref<vector_d> p) {
-    for (Eigen::Index j = 0; j < z_.size(); ++j) z_(j) = rng.normal();
+    const Eigen::Index n = z_.size();
+    double* pv = p.data();
     if (metric_ == 0) {
-      p = z_;
+      for (Eigen::Index j = 0; j < n; ++j) pv[j] = rng.normal();
     } else if (metric_ == 1) {
-      p = z_.cwiseProduct(scale_);
+      for (Eigen::Index j = 0; j < n; ++j) pv[j] = rng.normal() * scale_[j];
     } else {
+      for (Eigen::Index j = 0; j < n; ++j) z_[j] = rng.normal();
       p = llt_.matrixU().solve(z_);
     }
   }
@@ -703,9 +736,9 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
   const int n = m->param_unc_num;
   hmc_iterations(
       m, n_iter, eps, metric, inv_metric,
-      [&](int i, Eigen::Ref<vector_d> p, double& log_u_i) {
+      [&](int i, Eigen::Ref<vector_d> p, double& u) {
         p = Eigen::Map<const vector_d>(momenta + static_cast<size_t>(i) * n, n);
-        log_u_i = log_u[i];
+        u = std::exp(log_u[i]);
         return n_steps[i];
       },
       max_energy_error, x, grad, lp,
@@ -714,7 +747,8 @@ void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_step
 
 // As ahmc_hmc_block, with the randomness drawn here from `seed` (block_rng above), per
 // iteration in this order: the momentum p ~ N(0, M) (dims normals), L_r ~ Uniform{1..L}
-// with L = `max_steps` (or L_r = L when `jitter` is 0), log u; L_r goes to `n_steps`.
+// with L = `max_steps` (or L_r = L when `jitter` is 0), u ~ Uniform(0, 1]; L_r goes to
+// `n_steps`.
 // Returns 0, or 1 when a dense `inv_metric` is not positive definite.
 int ahmc_hmc_block_seeded(const bs_model* m, int n_iter, double eps, int max_steps,
                           int jitter, int metric, const double* inv_metric, uint64_t seed,
@@ -727,10 +761,10 @@ int ahmc_hmc_block_seeded(const bs_model* m, int n_iter, double eps, int max_ste
   block_rng rng(seed);
   hmc_iterations(
       m, n_iter, eps, metric, inv_metric,
-      [&](int i, Eigen::Ref<vector_d> p, double& log_u_i) {
+      [&](int i, Eigen::Ref<vector_d> p, double& u) {
         momentum.draw(rng, p);
         n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
-        log_u_i = std::log(rng.uniform_positive());
+        u = rng.uniform_positive();
         return n_steps[i];
       },
       max_energy_error, x, grad, lp,
