@@ -182,7 +182,8 @@ def _specs() -> dict[str, SamplerSpec]:
         SamplerSpec("hmc-10", "hmc", {"num_steps": 10}),
         SamplerSpec("hmc-20", "hmc", {"num_steps": 20}),
         SamplerSpec("armhmc", "armhmc", max_dims=200),
-        SamplerSpec("rmhmc", "rmhmc", max_dims=200),
+        # Girolami & Calderhead's (2011) logistic-regression setting, fixed L
+        SamplerSpec("rmhmc", "rmhmc", {"step_size": 0.5, "num_steps": 6}, max_dims=200),
         SamplerSpec("ohmc", "ohmc"),
         SamplerSpec("svhmc", "svhmc"),
         SamplerSpec("osvhmc", "osvhmc"),
