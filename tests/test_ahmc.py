@@ -186,7 +186,10 @@ def test_interrupt_returns_partial_draws(gauss2d):
 
 def test_ctrl_c_on_parallel_chains_returns_partial_fit(tmp_path):
     script = textwrap.dedent(f"""
-        import sys, ahmc_stan
+        import signal, sys, ahmc_stan
+        # a terminal's Ctrl-C raises KeyboardInterrupt even when this test runs in a
+        # background job (which starts children with SIGINT ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
         print("READY", flush=True)
         # long trajectories (L in 50..100) keep the draws made before Ctrl-C few enough
