@@ -416,14 +416,17 @@ def _cost(job: Job) -> float:
 
 
 def _gather(futures: list, result: Callable, log: Callable[[str], None]) -> list[dict]:
+    """Outputs in job order; an entry of ``futures`` that is already an output (a kept
+    job) is taken as it is."""
     outs = []
     for fut in futures:
-        out = result(fut)
+        kept = isinstance(fut, dict)
+        out = fut if kept else result(fut)
         r = out["row"]
         status = f"FAILED ({r['error']})" if r["error"] else \
             f"min ESS/grad {r.get('min_ess_per_grad', math.nan):.4g}"
         log(f"  {r['experiment']:>13} {r['sampler']:>13} repeat {r['repeat']}: {status}, "
-            f"{r['wall_seconds']:.1f} s")
+            f"{r['wall_seconds']:.1f} s" + (" (kept from an earlier run)" if kept else ""))
         outs.append(out)
     return outs
 
@@ -574,7 +577,7 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
             futures[i].add_done_callback(functools.partial(
                 _save_checkpoint, checkpoints / _checkpoint_name(jobs[i]), result))
         outs = _gather([futures[i] if i in futures else finished[i] for i in range(len(jobs))],
-                       lambda f: f if isinstance(f, dict) else result(f), log)
+                       result, log)
     finally:
         shutdown()
 
