@@ -15,6 +15,7 @@ from scipy import stats
 from ahmc_stan import StanModel, tune_and_sample
 from ahmc_stan.hmc import HMCKernel, HMCParameters
 from ahmc_stan.samplers.ahmc import default_box, esjd_reward
+from ahmc_stan.samplers.tuned_blocks import esjd_block_rewards
 
 from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
 from .stats_util import assert_moments, z_bonferroni
@@ -218,3 +219,19 @@ def test_default_box_from_reference_step_size():
     assert box.dims[1].high == 63  # ceil(2π / 0.1)
     assert default_box(10.0).dims[1].high == 10
     assert default_box(1e-4, max_num_steps=500).dims[1].high == 500
+
+
+def test_block_rewards_at_once_equal_the_per_block_rewards():
+    """ESJD/√L of every m-block of a call, computed in one pass, is the per-block reward
+    (each block's first jump from the position before it; a short last block)."""
+    rng = np.random.default_rng(0)
+    previous, positions = rng.normal(size=3), rng.normal(size=(23, 3))
+    for inv_metric in (None, np.array([0.5, 1.0, 4.0])):
+        at_once = esjd_block_rewards(previous, positions, 7, inv_metric, 5)
+        one_by_one = [esjd_reward(previous if b == 0 else positions[b - 1],
+                                  positions[b:b + 5], 7, inv_metric) for b in range(0, 23, 5)]
+        np.testing.assert_allclose(at_once, one_by_one, rtol=1e-14)
+        assert len(at_once) == 5
+    # by hand: two blocks of one jump each, L = 4
+    got = esjd_block_rewards(np.zeros(1), np.array([[1.0], [3.0]]), 4, None, 1)
+    np.testing.assert_allclose(got, [1.0 / 2, 4.0 / 2])

@@ -36,8 +36,8 @@ from ..tuning import Box, Dimension
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.windows import adaptation_windows, regularized_inv_metric
 from .chain import ChainRecorder, ChainResult
-from .tuned_blocks import (TuningOptions, as_box, esjd_reward, run_tuned_blocks,
-                           tuning_extras)
+from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
+                           run_tuned_blocks, tuning_extras)
 
 __all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "default_box", "esjd_reward"]
 
@@ -169,9 +169,11 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         run_block = make_blocks(kernel, rng, state, inv_metric, rec)
         reward = lambda previous, positions, gamma: esjd_reward(
             previous, positions, int(gamma["num_steps"]), inv_metric)
-        run_tuned_blocks(tuner, rec, run_block, reward, warmup=warmup, draws=draws,
-                         options=options, chain_start=start, progress=progress,
-                         callback=callback)
+        rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
+            previous, positions, int(gamma["num_steps"]), inv_metric, m)
+        run_tuned_blocks(tuner, rec, run_block, reward, block_rewards=rewards,
+                         warmup=warmup, draws=draws, options=options, chain_start=start,
+                         progress=progress, callback=callback)
     except KeyboardInterrupt:
         rec.interrupted = True
     if rec.sampling_start is None and rec.n >= warmup:

@@ -20,7 +20,8 @@ from ..metric import squared_jumps
 from ..tuning import BayesOptTuner, Box, Dimension
 from .chain import ChainRecorder
 
-__all__ = ["TuningOptions", "as_box", "esjd_reward", "run_tuned_blocks", "tuning_extras"]
+__all__ = ["TuningOptions", "as_box", "esjd_reward", "esjd_block_rewards", "run_tuned_blocks",
+           "tuning_extras"]
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,23 @@ def esjd_reward(previous: np.ndarray, positions: np.ndarray, num_steps: int,
     return float(np.mean(jumps) / math.sqrt(num_steps))
 
 
+def esjd_block_rewards(previous: np.ndarray, positions: np.ndarray, num_steps: int,
+                       inv_metric, m: int) -> np.ndarray:
+    """:func:`esjd_reward` of each consecutive block of ``m`` rows of ``positions`` (the
+    last may be shorter), the jumps computed once for all of them."""
+    jumps = squared_jumps(np.vstack([previous, positions]), inv_metric)
+    starts = np.arange(0, len(jumps), m)
+    counts = np.diff(np.append(starts, len(jumps)))
+    return np.add.reduceat(jumps, starts) / counts / math.sqrt(num_steps)
+
+
 def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
                      run_block: Callable[[dict, int, int], tuple[np.ndarray, np.ndarray]],
                      reward: Callable[[np.ndarray, np.ndarray, dict], float], *,
                      warmup: int, draws: int, options: TuningOptions, chain_start: float,
                      progress: Callable[[int], None], callback: Callable | None = None,
-                     unit_steps: Callable[[dict], float] | None = None) -> None:
+                     unit_steps: Callable[[dict], float] | None = None,
+                     block_rewards: Callable | None = None) -> None:
     """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after).
 
     Consecutive blocks at which the tuner will not move γ (known in advance, see
@@ -92,7 +104,9 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
     grouped decides the order of the random draws, so it must not depend on timing.
 
     ``run_block`` returns one entry of ``positions`` per unit it ran, and may return fewer
-    than asked when the chain is full.  A unit is an iteration for AHMC; for the GP bandit
+    than asked when the chain is full.  ``block_rewards(previous, positions, γ, m)``, if
+    given, returns the rewards of all the call's blocks at once (AHMC's
+    :func:`esjd_block_rewards`), in place of ``reward`` per block.  A unit is an iteration for AHMC; for the GP bandit
     (:mod:`.bandit`, ``block_size=1``) it is a whole super-transition, and ``rec.n``
     counts super-transitions or the chain's iterations.
     """
@@ -112,9 +126,14 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
         n_iter = min(n_blocks * m, remaining)
         previous, positions = run_block(gamma, n_iter, 1 if in_warmup else 2)
         if not tuner.frozen:
-            for b in range(0, len(positions), m):
-                before = previous if b == 0 else positions[b - 1]
-                tuner.update(gamma, reward(before, positions[b:b + m], gamma))
+            if block_rewards is not None:
+                rewards = block_rewards(previous, positions, gamma, m)
+            else:
+                rewards = [reward(previous if b == 0 else positions[b - 1],
+                                  positions[b:b + m], gamma)
+                           for b in range(0, len(positions), m)]
+            for r in rewards:
+                tuner.update(gamma, float(r))
         progress(rec.n)
         if callback is not None:
             callback(rec)
