@@ -5,11 +5,11 @@ an identity, diagonal or dense inverse metric, and — as AHMC requires (Wang, M
 Freitas 2013, section 2) — the number of leapfrog steps drawn afresh each iteration,
 ``L_r ~ Uniform{1..L}``, a mixture of kernels that each satisfy detailed balance.
 
-The iterations run in C++ (``ahmc_hmc_block_seeded`` in ``csrc/ahmc_bridge.cpp``, the one
-place the algorithm is written), random numbers included: each call takes one 64-bit seed
-from the caller's numpy Generator, so the same seed gives the same draws.  A non-finite log density or gradient anywhere on the
-trajectory rejects the proposal; an energy error above ``max_energy_error`` (1000, as
-Stan) marks the iteration divergent.
+The iterations run in C++ (``ahmc_hmc_block`` in ``csrc/ahmc_bridge.cpp``, the one place
+the algorithm is written), random numbers included: each call takes one 64-bit seed from
+the caller's numpy Generator, so the same seed gives the same draws.  A non-finite log
+density or gradient anywhere on the trajectory rejects the proposal; an energy error
+above ``max_energy_error`` (1000, as Stan) marks the iteration divergent.
 """
 
 from __future__ import annotations
@@ -79,14 +79,14 @@ class HMCKernel:
 
     def run(self, rng: np.random.Generator, state: HMCState, params: HMCParameters,
             n_iter: int) -> tuple[HMCState, HMCInfo]:
-        """``n_iter`` iterations at fixed parameters in one call into C++.  The call's
-        random numbers (momenta, ``L_r``, the Metropolis uniform) are drawn in C++ from one 64-bit seed
-        taken from ``rng``, so the draws are a function of ``rng``'s state."""
+        """``n_iter`` iterations at fixed parameters in one call into C++, whose random
+        numbers (momenta, ``L_r``, the Metropolis uniforms) come from one 64-bit seed
+        taken from ``rng``."""
         seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()
         inv_metric = (None if params.inv_metric is None
                       else np.ascontiguousarray(params.inv_metric, dtype=float))
-        lp, out = self.density.hmc_block_seeded(
+        lp, out = self.density.hmc_block(
             params.step_size, params.num_steps, params.jitter, inv_metric, seed, n_iter,
             self.max_energy_error, x, grad, state.logdensity)
         info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),

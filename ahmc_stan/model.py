@@ -123,31 +123,29 @@ class StanModel:
         Generated quantities need ``rng`` (a numpy Generator or an int seed).
         """
         x = np.asarray(x, dtype=float)
-        stan_rng = None
+        seed = 0
         if include_gq:
             if rng is None:
                 raise ValueError("generated quantities need an rng (Generator or seed)")
-            seed = rng if isinstance(rng, (int, np.integer)) else rng.integers(2**31)
-            if x.ndim == 2 and self.kernel.native:
-                return self._constrain_rows(x, include_tp, include_gq, int(seed))
-            stan_rng = self.bridge.new_rng(int(seed))
-        elif x.ndim == 2 and self.kernel.native:
-            return self._constrain_rows(x, include_tp, include_gq, 0)
+            seed = int(rng if isinstance(rng, (int, np.integer)) else rng.integers(2**31))
+        if x.ndim == 2 and self.kernel.native:  # every row in one C++ call
+            return self._constrain_rows(x, include_tp, include_gq, seed)
+        stan_rng = self.bridge.new_rng(seed) if include_gq else None
         call = lambda row: self._call(self.bridge.param_constrain, np.ascontiguousarray(row),
                                       include_tp=include_tp, include_gq=include_gq,
                                       rng=stan_rng)
-        return call(x) if x.ndim == 1 else np.array([call(row) for row in x])
+        if x.ndim == 1:
+            return call(x)
+        n_out = len(self.param_names(include_tp=include_tp, include_gq=include_gq))
+        return np.array([call(row) for row in x]).reshape(len(x), n_out)
 
     def _constrain_rows(self, x: np.ndarray, include_tp: bool, include_gq: bool,
                         seed: int) -> np.ndarray:
         """All rows in one C++ call (``ahmc_param_constrain_rows``), generated quantities
         drawing from one Stan RNG seeded with ``seed``."""
-        lib = self.bridge.stanlib
-        fn = lib.ahmc_param_constrain_rows
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool, ctypes.c_int,
-                       ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p,
-                       ctypes.POINTER(ctypes.c_char_p)]
+        fn = self.kernel._entry("ahmc_param_constrain_rows", [
+            _ptr, ctypes.c_bool, ctypes.c_bool, ctypes.c_int, _ptr, ctypes.c_uint, _ptr,
+            ctypes.POINTER(ctypes.c_char_p)])
         x = np.ascontiguousarray(x, dtype=float)
         if x.shape[1:] != (self.dims,):
             raise ValueError(f"expected rows of {self.dims} unconstrained values, got {x.shape}")
@@ -157,7 +155,7 @@ class StanModel:
         if fn(self.bridge.model, include_tp, include_gq, len(x), x.ctypes.data, seed,
               out.ctypes.data, ctypes.byref(err)):
             message = err.value.decode(errors="replace") if err.value else "unknown error"
-            lib.bs_free_error_msg(err)
+            self.bridge.stanlib.bs_free_error_msg(err)
             raise DensityError(message)
         return out
 
@@ -258,6 +256,14 @@ def _rebuild_model(stan_file, data_json, seed, stanc_args, include_paths) -> Sta
 _ptr = ctypes.c_void_p
 
 
+def _metric_args(inv_metric: np.ndarray | None) -> tuple[int, int | None]:
+    """(kind, pointer) of an inverse metric for the C layer: 0 identity (None), 1 diagonal
+    (a vector), 2 dense (a C-contiguous matrix)."""
+    if inv_metric is None:
+        return 0, None
+    return (1 if inv_metric.ndim == 1 else 2), inv_metric.ctypes.data
+
+
 class DensityKernel:
     """The samplers' path to a model's density: ctypes calls with preallocated buffers into
     ahmc-stan's entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``).
@@ -283,13 +289,8 @@ class DensityKernel:
         self._leapfrog.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                                    _ptr, _ptr, _ptr, _ptr, _ptr]
         self._hmc_block = lib.ahmc_hmc_block
-        self._hmc_block.restype = None
-        self._hmc_block.argtypes = [_ptr, ctypes.c_int, ctypes.c_double, _ptr, ctypes.c_int,
-                                    _ptr, _ptr, _ptr, ctypes.c_double, _ptr, _ptr, _ptr,
-                                    _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
-        self._hmc_block_seeded = lib.ahmc_hmc_block_seeded
-        self._hmc_block_seeded.restype = ctypes.c_int
-        self._hmc_block_seeded.argtypes = [
+        self._hmc_block.restype = ctypes.c_int
+        self._hmc_block.argtypes = [
             _ptr, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int, ctypes.c_int,
             _ptr, ctypes.c_uint64, ctypes.c_double, *[_ptr] * 11]
         self._draw_momenta = lib.ahmc_draw_momenta
@@ -323,81 +324,47 @@ class DensityKernel:
 
         ``inv_metric`` is None (identity), a vector (diagonal) or a matrix (dense).
         """
-        if inv_metric is None:
-            kind, metric_ptr = 0, None
-        else:
-            kind = 1 if inv_metric.ndim == 1 else 2
-            metric_ptr = inv_metric.ctypes.data
         if not self.native:
             return self._leapfrog_python(n_steps, step_size, inv_metric, x, p, grad)
         self._lp.value = lp
-        n = self._leapfrog(self._handle, n_steps, step_size, kind, metric_ptr,
+        n = self._leapfrog(self._handle, n_steps, step_size, *_metric_args(inv_metric),
                            x.ctypes.data, p.ctypes.data, grad.ctypes.data, self._lp_ptr)
         return self._lp.value, n
-
-    def hmc_block(self, step_size: float, n_steps: np.ndarray, inv_metric: np.ndarray | None,
-                  momenta: np.ndarray, log_u: np.ndarray, max_energy_error: float,
-                  x: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, dict]:
-        """``len(n_steps)`` HMC iterations in one C++ call (``ahmc_hmc_block``): the
-        momenta (rows, from N(0, M)) and log uniforms come from the caller.  Updates ``x``
-        and ``grad`` in place; returns (log density of the final state, per-iteration
-        arrays ``draws``, ``accept_prob``, ``accepted``, ``divergent``, ``energy``, ``lp``,
-        ``n_grad``)."""
-        if not self.native:
-            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
-        n_iter = len(n_steps)
-        n_steps = np.ascontiguousarray(n_steps, dtype=np.intc)
-        momenta = np.ascontiguousarray(momenta, dtype=float)
-        log_u = np.ascontiguousarray(log_u, dtype=float)
-        out = {"draws": np.empty((n_iter, self.dims)), "accept_prob": np.empty(n_iter),
-               "accepted": np.empty(n_iter, np.intc), "divergent": np.empty(n_iter, np.intc),
-               "energy": np.empty(n_iter), "lp": np.empty(n_iter),
-               "n_grad": np.empty(n_iter, np.intc)}
-        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
-        self._lp.value = lp
-        self._hmc_block(self._handle, n_iter, step_size, n_steps.ctypes.data, kind,
-                        None if inv_metric is None else inv_metric.ctypes.data,
-                        momenta.ctypes.data, log_u.ctypes.data, max_energy_error,
-                        x.ctypes.data, grad.ctypes.data, self._lp_ptr,
-                        *(out[k].ctypes.data for k in ("draws", "accept_prob", "accepted",
-                                                        "divergent", "energy", "lp", "n_grad")))
-        return self._lp.value, out
 
     _BLOCK_OUTPUTS = (("draws", float), ("accept_prob", float), ("accepted", np.intc),
                       ("divergent", np.intc), ("energy", float), ("lp", float),
                       ("n_grad", np.intc))
 
-    def hmc_block_seeded(self, step_size: float, max_steps: int, jitter: bool,
-                         inv_metric: np.ndarray | None, seed: int, n_iter: int,
-                         max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
-                         ) -> tuple[float, dict]:
-        """As :meth:`hmc_block`, with the momenta, ``L_r ~ U{1..max_steps}`` (or
-        ``max_steps`` without ``jitter``) and uniforms drawn in C++ from the 64-bit
-        ``seed`` (``ahmc_hmc_block_seeded``: xoshiro256++, Boost's ziggurat normals), so no
-        random numbers cross the language boundary; the outputs add ``n_steps``."""
+    def hmc_block(self, step_size: float, max_steps: int, jitter: bool,
+                  inv_metric: np.ndarray | None, seed: int, n_iter: int,
+                  max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
+                  ) -> tuple[float, dict]:
+        """``n_iter`` HMC iterations in one C++ call (``ahmc_hmc_block``), their momenta,
+        ``L_r ~ U{1..max_steps}`` (or ``max_steps`` without ``jitter``) and Metropolis
+        uniforms drawn in C++ from the 64-bit ``seed`` (xoshiro256++, Boost's ziggurat
+        normals).  Updates ``x`` and ``grad`` in place; returns (log density of the final
+        state, per-iteration arrays ``draws``, ``accept_prob``, ``accepted``,
+        ``divergent``, ``energy``, ``lp``, ``n_grad``, ``n_steps``)."""
         if not self.native:
             raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
         out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
                for k, dtype in self._BLOCK_OUTPUTS}
         out["n_steps"] = np.empty(n_iter, np.intc)
-        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
         self._lp.value = lp
-        if self._hmc_block_seeded(
-                self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)), kind,
-                None if inv_metric is None else inv_metric.ctypes.data, seed,
-                max_energy_error, x.ctypes.data, grad.ctypes.data, self._lp_ptr,
-                out["n_steps"].ctypes.data,
+        if self._hmc_block(
+                self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)),
+                *_metric_args(inv_metric), seed, max_energy_error, x.ctypes.data,
+                grad.ctypes.data, self._lp_ptr, out["n_steps"].ctypes.data,
                 *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS)):
             raise ValueError("the dense inverse metric is not positive definite")
         return self._lp.value, out
 
     def draw_momenta(self, inv_metric: np.ndarray | None, seed: int, n: int) -> np.ndarray:
-        """``n`` momenta from N(0, M) drawn exactly as :meth:`hmc_block_seeded` draws them
+        """``n`` momenta from N(0, M) drawn exactly as :meth:`hmc_block` draws them
         (``ahmc_draw_momenta``)."""
         out = np.empty((n, self.dims))
-        kind = 0 if inv_metric is None else (1 if inv_metric.ndim == 1 else 2)
-        if self._draw_momenta(kind, None if inv_metric is None else inv_metric.ctypes.data,
-                              self.dims, seed, n, out.ctypes.data):
+        if self._draw_momenta(*_metric_args(inv_metric), self.dims, seed, n,
+                              out.ctypes.data):
             raise ValueError("the dense inverse metric is not positive definite")
         return out
 
@@ -439,27 +406,30 @@ class DensityKernel:
         ``csrc/ahmc_third_order.hpp``); models whose functions lack those instances are
         built without it."""
         if "_third_order" not in self.__dict__:
-            fn = self._riemann_entry("ahmc_third_order_available", [])
+            fn = self._entry("ahmc_third_order_available", [])
             self.__dict__["_third_order"] = bool(fn())
         return self.__dict__["_third_order"]
 
-    def _third_method(self, method: str) -> int:
+    def resolve_third_method(self, method: str, choices=("autodiff", "gradient", "hessian"),
+                      fallback: str = "gradient") -> str:
+        """The method ``method`` names: ``"auto"`` is autodiff where the library has it,
+        else ``fallback``."""
         if method == "auto":
-            method = "autodiff" if self.third_order_available else "gradient"
-        if method not in self._third_methods:
-            raise ValueError(f"unknown third-derivative method {method!r}; expected one of "
-                             f"'auto', {', '.join(map(repr, self._third_methods))}")
+            method = "autodiff" if self.third_order_available else fallback
+        if method not in choices:
+            raise ValueError(f"unknown third-derivative method {method!r}; expected "
+                             f"'auto' or one of {', '.join(map(repr, choices))}")
         if method == "autodiff" and not self.third_order_available:
             raise RuntimeError("this model library was built without third-order autodiff "
                                "(its build log says why); use 'gradient' or 'hessian'")
-        return self._third_methods[method]
+        return method
 
-    def _riemann_entry(self, name: str, argtypes: list):
-        """A ctypes entry point of the C layer, bound on first use."""
-        cache = self.__dict__.setdefault("_riemann_fns", {})
+    def _entry(self, name: str, argtypes: list):
+        """A ctypes entry point of the C layer (returning int), bound on first use."""
+        cache = self.__dict__.setdefault("_entries", {})
         if name not in cache:
             if not self.native:
-                raise RuntimeError("Riemann-manifold HMC needs a library built by ahmc-stan "
+                raise RuntimeError(f"{name} needs a library built by ahmc-stan "
                                    "(unset BRIDGESTAN)")
             fn = getattr(self._model.bridge.stanlib, name)
             fn.restype = ctypes.c_int
@@ -473,7 +443,7 @@ class DensityKernel:
         the buffers and return the log density, all in one autodiff pass
         (``ahmc_log_density_hessian``); ``-inf`` where the model throws or a result is not
         finite."""
-        fn = self._riemann_entry("ahmc_log_density_hessian", [_ptr] * 5)
+        fn = self._entry("ahmc_log_density_hessian", [_ptr] * 5)
         if fn(self._handle, x.ctypes.data, self._lp_ptr, grad_out.ctypes.data,
               hess_out.ctypes.data):
             return -np.inf
@@ -488,12 +458,11 @@ class DensityKernel:
         differences of autodiff Hessians (2·dims Hessians, ~1e-10 relative error), or
         ``"gradient"``, second differences of autodiff gradients (2·dims² + 1 gradients,
         ~1e-7); ``"auto"`` (default) is autodiff where available, else "gradient"."""
-        fn = self._riemann_entry("ahmc_third_derivatives",
+        fn = self._entry("ahmc_third_derivatives",
                                  [_ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
-        code = self._third_method(method)
-        name = [k for k, v in self._third_methods.items() if v == code][0]
-        return fn(self._handle, x.ctypes.data, code, self.third_derivative_steps[name],
-                  out.ctypes.data) == 0
+        method = self.resolve_third_method(method)
+        return fn(self._handle, x.ctypes.data, self._third_methods[method],
+                  self.third_derivative_steps[method], out.ctypes.data) == 0
 
     def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray,
                         method: str = "auto") -> bool:
@@ -502,12 +471,8 @@ class DensityKernel:
         ``method``: ``"autodiff"`` (``stan::math::grad_tr_mat_times_hessian``, dims
         ``fvar<fvar<var>>`` sweeps) or ``"hessian"`` (differences of autodiff Hessians);
         ``"auto"`` is autodiff where available."""
-        fn = self._riemann_entry("ahmc_log_density_tr_hessian_grad",
+        fn = self._entry("ahmc_log_density_tr_hessian_grad",
                                  [_ptr, _ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
-        if method == "auto":
-            method = "autodiff" if self.third_order_available else "hessian"
-        if method not in ("autodiff", "hessian"):
-            raise ValueError("method must be 'auto', 'autodiff' or 'hessian'")
-        code = self._third_method(method)
-        return fn(self._handle, x.ctypes.data, M.ctypes.data, code,
+        method = self.resolve_third_method(method, ("autodiff", "hessian"), fallback="hessian")
+        return fn(self._handle, x.ctypes.data, M.ctypes.data, self._third_methods[method],
                   self.third_derivative_steps[method], out.ctypes.data) == 0

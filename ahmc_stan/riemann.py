@@ -229,10 +229,8 @@ class RMHMCKernel:
         self.tol = float(fixed_point_tol)
         self.max_iter = int(max_fixed_point_iterations)
         self.check_reversibility = bool(check_reversibility)
-        if third_derivatives not in ("auto", "autodiff", "gradient", "hessian"):
-            raise ValueError("third_derivatives must be 'auto', 'autodiff', 'gradient' or "
-                             "'hessian'")
-        self.third_method = third_derivatives
+        # "auto" resolved once; an unknown or unavailable method fails here, not mid-chain
+        self.third_method = density.resolve_third_method(third_derivatives)
         self.reversibility_tol = float(reversibility_tol)
         n = density.dims
         self._grad = np.empty(n)

@@ -106,10 +106,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     gq_rngs = np.random.SeedSequence([seed, 1]).spawn(len(results))
 
     def constrained(r, rows, gq_seed):
-        positions = r.positions[rows]
-        if not len(positions):
-            return np.empty((0, len(names)))
-        return model.constrain(positions, include_tp=True, include_gq=True,
+        return model.constrain(r.positions[rows], include_tp=True, include_gq=True,
                                rng=np.random.default_rng(gq_seed))
 
     warm_rows, samp_rows = slice(0, n_warm), slice(warmup, warmup + n_samp)

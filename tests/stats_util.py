@@ -29,3 +29,12 @@ def assert_moments(draws: np.ndarray, mean: np.ndarray, sd: np.ndarray,
     assert not bad_sd.any(), (
         f"sds off by more than {z:.2f} MCSE at {np.flatnonzero(bad_sd)}: "
         f"{est_sd[bad_sd]} vs {np.asarray(sd)[bad_sd]} (mcse {mcse_sd[bad_sd]})")
+
+
+def assert_truncated_normal(params: np.ndarray) -> None:
+    """Draws (chains, draws, 2) of ``reject_region.stan`` with D = 2: x[1] ~ N(0, 1)
+    truncated above at 1 (the model rejects beyond), x[2] ~ N(0, 1)."""
+    assert params[:, :, 0].max() <= 1
+    truncated = stats.truncnorm(-np.inf, 1)
+    assert_moments(params, np.array([truncated.mean(), 0.0]),
+                   np.array([truncated.std(), 1.0]))

@@ -44,7 +44,7 @@ def test_kernel_leaves_gaussian_invariant(gauss2d):
 
 
 def test_momenta_drawn_in_cpp_are_normal_with_covariance_m(mvn_model):
-    """The momenta of ahmc_hmc_block_seeded: p ~ N(0, M), M = (M⁻¹)⁻¹, for the identity,
+    """The momenta of ahmc_hmc_block: p ~ N(0, M), M = (M⁻¹)⁻¹, for the identity,
     a diagonal and a dense inverse metric; whitened by U (M⁻¹ = UᵀU) they are iid N(0, 1)
     (means, sds, and correlations within z·1/sqrt(n)); the seed determines them."""
     n, dims = 40000, mvn_model.dims

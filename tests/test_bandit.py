@@ -119,8 +119,9 @@ def test_bandit_loop_runs_whole_rounds_and_may_stop_short():
             clock.n += done[-1]
         return None, done
 
-    run_tuned_blocks(tuner, clock, run_block, lambda _, rounds, __: seen.append(rounds) or 1.0,
-                     warmup=5, draws=5, options=TuningOptions(block_size=1), chain_start=0.0,
+    rewards = lambda _, rounds, __, m: [seen.append([r]) or 1.0 for r in rounds]  # noqa: E731
+    run_tuned_blocks(tuner, clock, run_block, rewards, warmup=5, draws=5,
+                     options=TuningOptions(block_size=1), chain_start=0.0,
                      progress=lambda n: None)
     assert seen == [[3], [3], [3], [1]] and tuner.i == 4 and clock.n == 10
     assert clock.sampling_start is not None

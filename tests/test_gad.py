@@ -16,7 +16,7 @@ from ahmc_stan.samplers.gad import (objective, objective_gradient, plot_proposal
 from ahmc_stan.samplers.metropolis import Target, langevin_log_q_ratio, propose
 
 from .conftest import RHO, SDS_100, SIGMA_2D, stan_model_path
-from .stats_util import assert_moments
+from .stats_util import assert_moments, assert_truncated_normal
 
 GAD = ["gadrwm", "gadmala", "gadmala_exact"]
 TARGET_ACCEPT = {"gadrwm": 0.25, "gadmala": 0.55, "gadmala_exact": 0.55}
@@ -157,10 +157,7 @@ def test_density_minus_infinity_region(sampler):
     model = StanModel(stan_model_path("reject_region"), {"D": 2})
     fit = tune_and_sample(model, sampler, chains=2, warmup=2000, draws=3000, thin=2,
                           seed=28, progress=False)
-    assert fit.params[:, :, 0].max() <= 1
-    truncated = stats.truncnorm(-np.inf, 1)
-    assert_moments(fit.params, np.array([truncated.mean(), 0.0]),
-                   np.array([truncated.std(), 1.0]))
+    assert_truncated_normal(fit.params)
     for L in proposal_cholesky(fit):
         assert np.isfinite(L).all() and np.all(np.diag(L) > 0)
 

@@ -527,8 +527,8 @@ double ahmc_gradient_seconds(const bs_model* m, const double* theta_unc, int n_r
 }  // extern "C"
 
 // =======================================================================================
-// The HMC loop shared by the sampler entry points below (the one place the algorithm is
-// written), and the random numbers of ahmc_hmc_block_seeded.
+// The leapfrog shared by the sampler entry points below, and the random numbers of
+// ahmc_hmc_block.
 
 namespace {
 
@@ -558,61 +558,6 @@ int leapfrog(const bs_model* m, int n_steps, double eps, int metric, const doubl
     for (Eigen::Index i = 0; i < n; ++i) pv[i] += half * gv[i];
   }
   return n_steps;
-}
-
-// Per-iteration outputs of a block of HMC iterations (see ahmc_hmc_block).
-struct block_outputs {
-  double* draws;
-  double* accept_prob;
-  int* accepted;
-  int* divergent;
-  double* energy;
-  double* lp_out;
-  int* n_grad;
-};
-
-// `n_iter` HMC iterations from the state (x, grad, lp), updated in place.
-// `draw(i, p, u)` writes iteration i's momentum and uniform u in (0, 1] and returns its
-// number of leapfrog steps.  Proposal and current state live in two buffers that swap on
-// acceptance, so an iteration copies nothing but its output row.
-template <typename Draw>
-void hmc_iterations(const bs_model* m, int n_iter, double eps, int metric,
-                    const double* inv_metric, Draw&& draw, double max_energy_error,
-                    double* x, double* grad, double* lp, const block_outputs& out) {
-  const int n = m->param_unc_num;
-  vector_d xs[2] = {Eigen::Map<vector_d>(x, n), vector_d(n)};
-  vector_d gs[2] = {Eigen::Map<vector_d>(grad, n), vector_d(n)};
-  vector_d p(n), work(n);
-  int cur = 0;
-  double lp_cur = *lp;
-  for (int i = 0; i < n_iter; ++i) {
-    double u;
-    const int n_steps = draw(i, p, u);
-    const double h0 = -lp_cur + kinetic_energy(metric, inv_metric, p, work);
-    const int prop = 1 - cur;
-    xs[prop] = xs[cur];
-    gs[prop] = gs[cur];
-    double lp_new = lp_cur;
-    out.n_grad[i] = leapfrog(m, n_steps, eps, metric, inv_metric, xs[prop], p, gs[prop],
-                             &lp_new, work);
-    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
-    const double delta = h1 - h0;
-    const bool finite = std::isfinite(delta);
-    const double ratio = finite ? std::exp(-delta) : 0.0;  // accept iff u < exp(-dH)
-    out.accept_prob[i] = std::min(1.0, ratio);
-    out.divergent[i] = !finite || delta > max_energy_error;
-    out.accepted[i] = u < ratio;
-    if (out.accepted[i]) {
-      cur = prop;
-      lp_cur = lp_new;
-    }
-    out.energy[i] = out.accepted[i] ? h1 : h0;
-    out.lp_out[i] = lp_cur;
-    std::copy(xs[cur].data(), xs[cur].data() + n, out.draws + static_cast<size_t>(i) * n);
-  }
-  std::copy(xs[cur].data(), xs[cur].data() + n, x);
-  std::copy(gs[cur].data(), gs[cur].data() + n, grad);
-  *lp = lp_cur;
 }
 
 // Random numbers for a block of iterations: xoshiro256++ (Blackman & Vigna 2021,
@@ -720,59 +665,64 @@ int ahmc_leapfrog(const bs_model* m, int n_steps, double eps, int metric,
                   Eigen::Map<vector_d>(p, n), Eigen::Map<vector_d>(grad, n), lp, velocity);
 }
 
-// `n_iter` iterations of HMC (Neal 2011, section 5.3.2) with the number of leapfrog steps
-// of iteration i given by `n_steps[i]` (AHMC draws it from Uniform{1..L}, Wang et al.
-// 2013, section 2).  All randomness comes from the caller: `momenta` (n_iter x dims, drawn
-// from N(0, M)) and `log_u` (n_iter values of log Uniform(0, 1)).  The state (x, grad, lp)
-// is updated in place.  Per iteration it writes the state after the iteration to
-// `draws` (row i), the Metropolis acceptance probability min(1, exp(-dH)), whether the
-// proposal was accepted, whether it diverged (dH > `max_energy_error` or not finite), the
-// Hamiltonian and log density of the state kept, and the gradient evaluations made.
-void ahmc_hmc_block(const bs_model* m, int n_iter, double eps, const int* n_steps,
-                    int metric, const double* inv_metric, const double* momenta,
-                    const double* log_u, double max_energy_error, double* x, double* grad,
-                    double* lp, double* draws, double* accept_prob, int* accepted,
-                    int* divergent, double* energy, double* lp_out, int* n_grad) {
-  const int n = m->param_unc_num;
-  hmc_iterations(
-      m, n_iter, eps, metric, inv_metric,
-      [&](int i, Eigen::Ref<vector_d> p, double& u) {
-        p = Eigen::Map<const vector_d>(momenta + static_cast<size_t>(i) * n, n);
-        u = std::exp(log_u[i]);
-        return n_steps[i];
-      },
-      max_energy_error, x, grad, lp,
-      {draws, accept_prob, accepted, divergent, energy, lp_out, n_grad});
-}
-
-// As ahmc_hmc_block, with the randomness drawn here from `seed` (block_rng above), per
-// iteration in this order: the momentum p ~ N(0, M) (dims normals), L_r ~ Uniform{1..L}
-// with L = `max_steps` (or L_r = L when `jitter` is 0), u ~ Uniform(0, 1]; L_r goes to
-// `n_steps`.
-// Returns 0, or 1 when a dense `inv_metric` is not positive definite.
-int ahmc_hmc_block_seeded(const bs_model* m, int n_iter, double eps, int max_steps,
-                          int jitter, int metric, const double* inv_metric, uint64_t seed,
-                          double max_energy_error, double* x, double* grad, double* lp,
-                          int* n_steps, double* draws, double* accept_prob, int* accepted,
-                          int* divergent, double* energy, double* lp_out, int* n_grad) {
+// `n_iter` iterations of HMC (Neal 2011, section 5.3.2) from the state (x, grad, lp),
+// which is updated in place.  Iteration i draws, in this order and from `seed` (block_rng
+// above), the momentum p ~ N(0, M) (dims normals), its number of leapfrog steps L_r ~
+// Uniform{1..L} with L = `max_steps` (AHMC, Wang et al. 2013, section 2; L_r = L when
+// `jitter` is 0), written to `n_steps`, and u ~ Uniform(0, 1]; it accepts iff
+// u < exp(-dH).  Per iteration it writes the state after the iteration to `draws` (row
+// i), the acceptance probability min(1, exp(-dH)), whether the proposal was accepted,
+// whether it diverged (dH > `max_energy_error` or not finite), the Hamiltonian and log
+// density of the state kept, and the gradient evaluations made.  Proposal and current
+// state live in two buffers that swap on acceptance, so an iteration copies nothing but
+// its output row.  Returns 0, or 1 when a dense `inv_metric` is not positive definite.
+int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int jitter,
+                   int metric, const double* inv_metric, uint64_t seed,
+                   double max_energy_error, double* x, double* grad, double* lp,
+                   int* n_steps, double* draws, double* accept_prob, int* accepted,
+                   int* divergent, double* energy, double* lp_out, int* n_grad) {
   const int n = m->param_unc_num;
   momentum_sampler momentum(metric, inv_metric, n);
   if (!momentum.ok()) return 1;
   block_rng rng(seed);
-  hmc_iterations(
-      m, n_iter, eps, metric, inv_metric,
-      [&](int i, Eigen::Ref<vector_d> p, double& u) {
-        momentum.draw(rng, p);
-        n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
-        u = rng.uniform_positive();
-        return n_steps[i];
-      },
-      max_energy_error, x, grad, lp,
-      {draws, accept_prob, accepted, divergent, energy, lp_out, n_grad});
+  vector_d xs[2] = {Eigen::Map<vector_d>(x, n), vector_d(n)};
+  vector_d gs[2] = {Eigen::Map<vector_d>(grad, n), vector_d(n)};
+  vector_d p(n), work(n);
+  int cur = 0;
+  double lp_cur = *lp;
+  for (int i = 0; i < n_iter; ++i) {
+    momentum.draw(rng, p);
+    n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
+    const double u = rng.uniform_positive();
+    const double h0 = -lp_cur + kinetic_energy(metric, inv_metric, p, work);
+    const int prop = 1 - cur;
+    xs[prop] = xs[cur];
+    gs[prop] = gs[cur];
+    double lp_new = lp_cur;
+    n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xs[prop], p, gs[prop],
+                         &lp_new, work);
+    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
+    const double delta = h1 - h0;
+    const bool finite = std::isfinite(delta);
+    const double ratio = finite ? std::exp(-delta) : 0.0;
+    accept_prob[i] = std::min(1.0, ratio);
+    divergent[i] = !finite || delta > max_energy_error;
+    accepted[i] = u < ratio;
+    if (accepted[i]) {
+      cur = prop;
+      lp_cur = lp_new;
+    }
+    energy[i] = accepted[i] ? h1 : h0;
+    lp_out[i] = lp_cur;
+    std::copy(xs[cur].data(), xs[cur].data() + n, draws + static_cast<size_t>(i) * n);
+  }
+  std::copy(xs[cur].data(), xs[cur].data() + n, x);
+  std::copy(gs[cur].data(), gs[cur].data() + n, grad);
+  *lp = lp_cur;
   return 0;
 }
 
-// `n` momenta (rows of `out`) from N(0, M) drawn as ahmc_hmc_block_seeded draws them (for
+// `n` momenta (rows of `out`) from N(0, M) drawn as ahmc_hmc_block draws them (for
 // tests of the generator).  Returns 0, or 1 when a dense `inv_metric` is not positive
 // definite.
 int ahmc_draw_momenta(int metric, const double* inv_metric, int dims, uint64_t seed, int n,

@@ -167,13 +167,11 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                                                 box.dims[1].high))}
         tuner = options.make_tuner(box, rng, initial)
         run_block = make_blocks(kernel, rng, state, inv_metric, rec)
-        reward = lambda previous, positions, gamma: esjd_reward(
-            previous, positions, int(gamma["num_steps"]), inv_metric)
         rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
             previous, positions, int(gamma["num_steps"]), inv_metric, m)
-        run_tuned_blocks(tuner, rec, run_block, reward, block_rewards=rewards,
-                         warmup=warmup, draws=draws, options=options, chain_start=start,
-                         progress=progress, callback=callback)
+        run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
+                         options=options, chain_start=start, progress=progress,
+                         callback=callback)
     except KeyboardInterrupt:
         rec.interrupted = True
     if rec.sampling_start is None and rec.n >= warmup:

@@ -262,7 +262,8 @@ def _bandit(product: ProductHMC, rng: np.random.Generator, clock: _Clock, reward
             clock.rounds += 1
         return None, done
 
-    run_tuned_blocks(tuner, clock, run_block, lambda _, rounds, __: reward(rounds[0]),
+    run_tuned_blocks(tuner, clock, run_block,  # one round per block (block_size 1)
+                     lambda _, rounds, __, ___: [reward(r) for r in rounds],
                      warmup=warmup, draws=draws, options=options,
                      chain_start=time.perf_counter(), progress=progress, callback=callback,
                      unit_steps=lambda gamma: budget)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -88,11 +88,10 @@ def esjd_block_rewards(previous: np.ndarray, positions: np.ndarray, num_steps: i
 
 def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
                      run_block: Callable[[dict, int, int], tuple[np.ndarray, np.ndarray]],
-                     reward: Callable[[np.ndarray, np.ndarray, dict], float], *,
-                     warmup: int, draws: int, options: TuningOptions, chain_start: float,
+                     rewards: Callable[[np.ndarray, Sequence, dict, int], Sequence[float]],
+                     *, warmup: int, draws: int, options: TuningOptions, chain_start: float,
                      progress: Callable[[int], None], callback: Callable | None = None,
-                     unit_steps: Callable[[dict], float] | None = None,
-                     block_rewards: Callable | None = None) -> None:
+                     unit_steps: Callable[[dict], float] | None = None) -> None:
     """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after).
 
     Consecutive blocks at which the tuner will not move γ (known in advance, see
@@ -104,9 +103,9 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
     grouped decides the order of the random draws, so it must not depend on timing.
 
     ``run_block`` returns one entry of ``positions`` per unit it ran, and may return fewer
-    than asked when the chain is full.  ``block_rewards(previous, positions, γ, m)``, if
-    given, returns the rewards of all the call's blocks at once (AHMC's
-    :func:`esjd_block_rewards`), in place of ``reward`` per block.  A unit is an iteration for AHMC; for the GP bandit
+    than asked when the chain is full; ``rewards(previous, positions, γ, m)`` returns the
+    reward of each of the call's blocks of ``m`` units (AHMC: :func:`esjd_block_rewards`).
+    A unit is an iteration for AHMC; for the GP bandit
     (:mod:`.bandit`, ``block_size=1``) it is a whole super-transition, and ``rec.n``
     counts super-transitions or the chain's iterations.
     """
@@ -126,13 +125,7 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
         n_iter = min(n_blocks * m, remaining)
         previous, positions = run_block(gamma, n_iter, 1 if in_warmup else 2)
         if not tuner.frozen:
-            if block_rewards is not None:
-                rewards = block_rewards(previous, positions, gamma, m)
-            else:
-                rewards = [reward(previous if b == 0 else positions[b - 1],
-                                  positions[b:b + m], gamma)
-                           for b in range(0, len(positions), m)]
-            for r in rewards:
+            for r in rewards(previous, positions, gamma, m):
                 tuner.update(gamma, float(r))
         progress(rec.n)
         if callback is not None:
