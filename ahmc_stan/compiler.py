@@ -6,10 +6,14 @@ has three parts:
 
 1. once per toolchain: a precompiled header of the Stan headers (``<cache>/pch-<key>``)
    and the object file of our C layer, ``csrc/ahmc_bridge.cpp`` (``<cache>/bridge-<key>``);
-2. per model: ``stanc`` → C++ (with ``csrc/ahmc_third_order.hpp``, the third-order
-   autodiff entry points, appended; dropped if the model's functions lack third-order
-   instances) → one object file compiled against the precompiled header, in
-   ``<cache>/models/<name>-<key>``;
+2. per model: ``stanc`` → C++ with ``csrc/ahmc_second_order.hpp`` (autodiff Hessians,
+   ``fvar<var>``) and ``csrc/ahmc_third_order.hpp`` (third derivatives,
+   ``fvar<fvar<var>>``) appended → one object file compiled against the precompiled
+   header, in ``<cache>/models/<name>-<key>``.  Stan's ODE and algebraic solvers and 1-D
+   integrators have no forward-mode instances: where the model's C++ does not compile with
+   a snippet it is compiled without it (first the third-order one, then both), its
+   ``build.log`` says so and why, and the C layer falls back to finite differences of
+   autodiff gradients (:attr:`ahmc_stan.StanModel.hessian_method`);
 3. a link of the two objects into ``model.so`` in ``lib-<key>`` inside the model's entry
    (so editing the C layer costs a link per model, not a compile).
 
@@ -43,12 +47,13 @@ import filelock
 __all__ = ["StanCompileError", "CompileError", "compile_model", "cache_dir", "toolchain"]
 
 #: Bumped whenever the build recipe changes in a way the hashed inputs do not show.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 
 _CSRC = Path(__file__).parent / "csrc"
 _PCH_HEADER = "stan_pch.hpp"
 _BRIDGE_SOURCE = "ahmc_bridge.cpp"
-#: Appended to every model's C++ (see that file); a module variable so a test can swap it.
+#: Appended to every model's C++ (see those files); module variables so a test can swap them.
+_SECOND_ORDER_SOURCE = _CSRC / "ahmc_second_order.hpp"
 _THIRD_ORDER_SOURCE = _CSRC / "ahmc_third_order.hpp"
 _COMPLETE = "COMPLETE.json"
 
@@ -60,7 +65,6 @@ _CXXFLAGS = [
     "-D_REENTRANT",
     "-DBOOST_DISABLE_ASSERTS",
     "-DBOOST_PHOENIX_NO_VARIADIC_EXPRESSION",
-    "-DSTAN_MODEL_FVAR_VAR",
     # httpstan's libtbb is built on manylinux2014 with the old C++ ABI.
     "-D_GLIBCXX_USE_CXX11_ABI=0",
     "-Wno-ignored-attributes",
@@ -82,7 +86,7 @@ class CompileError(RuntimeError):
     """The C++ compiler or linker failed; ``log_path`` holds the full build log."""
 
     def __init__(self, what: str, log_path: Path, tail: str):
-        self.log_path = Path(log_path)
+        self.what, self.log_path, self.tail = what, Path(log_path), tail
         super().__init__(f"{what} failed; full log: {log_path}\n{tail}")
 
 
@@ -187,7 +191,12 @@ def _build_cached(final: Path, build) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent))
         try:
-            names = build(tmp)
+            try:
+                names = build(tmp)
+            except CompileError as err:  # keep the log where the message says it is
+                kept = final.with_name(final.name + ".failed.log")
+                shutil.copy(err.log_path, kept)
+                raise CompileError(err.what, kept, err.tail) from None
             record = {
                 "files": {n: (tmp / n).stat().st_size for n in names},
                 "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -268,6 +277,53 @@ def run_stanc(stan_file: Path, out_cpp: Path, include_paths: list[Path],
     return proc.stderr.strip()
 
 
+#: The derivative snippets tried, most capable first: (appended files, what the build log
+#: says when this level is the one that compiled).
+_SNIPPET_LEVELS = (
+    (("second", "third"), None),
+    (("second",), "without third-order autodiff: third derivatives (RMHMC) are finite "
+                  "differences of autodiff Hessians or gradients"),
+    ((), "without second-order autodiff: Hessians and Hessian-vector products are central "
+         "differences of autodiff gradients, third derivatives second differences of them"),
+)
+
+
+def _compile_with_snippets(tc: Toolchain, pch: Path, tmp: Path, log: Path, what: str) -> None:
+    """Compile ``tmp/model.cpp`` (stanc's output) into ``tmp/model.o`` with the most
+    derivative snippets that compile (:data:`_SNIPPET_LEVELS`).  The model's own C++ is
+    tried last, bare, so a model that stanc accepts always builds; a level is skipped
+    when the previous failure shows that the snippet it keeps does not compile."""
+    sources = {"second": _SECOND_ORDER_SOURCE, "third": _THIRD_ORDER_SOURCE}
+    cpp = (tmp / "model.cpp").read_text()
+    compile_cmd = [tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
+                   str(pch / _PCH_HEADER), "-c"]
+    failed_output = ""
+    for level, (snippets, note) in enumerate(_SNIPPET_LEVELS):
+        last = level == len(_SNIPPET_LEVELS) - 1
+        if not last and any(sources[k].name in failed_output for k in snippets):
+            continue
+        name = f"model_{'_'.join(snippets) or 'bare'}.cpp"
+        (tmp / name).write_text(cpp + "".join(f'\n#include "{sources[k]}"\n'
+                                              for k in snippets))
+        if note:
+            first_error = next((line for line in failed_output.splitlines()
+                                if "error:" in line), "").strip()
+            with open(log, "a") as fh:
+                fh.write(f"# {note}.\n# Why: the previous attempt did not compile; its "
+                         f"first error: {first_error[:500]}\n")
+        start = log.stat().st_size if log.exists() else 0
+        try:
+            _run([*compile_cmd, name, "-o", "model.o"], log, f"compiling the C++ of {what}",
+                 cwd=tmp)
+            return
+        except CompileError:
+            if last:
+                raise
+            with open(log, errors="replace") as fh:
+                fh.seek(start)
+                failed_output = fh.read()
+
+
 def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
                   include_paths: list[str | os.PathLike] = (), verbose: bool = False) -> Path:
     """Return the path of the shared library for ``stan_file``, building it if needed."""
@@ -283,8 +339,8 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
     tc = toolchain()
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)
-    code_key = _sha256(tc.pch_key, " ".join(stanc_args), _THIRD_ORDER_SOURCE.read_bytes(),
-                       *(c for _, c in sorted(sources)))[:16]
+    code_key = _sha256(tc.pch_key, " ".join(stanc_args), _SECOND_ORDER_SOURCE.read_bytes(),
+                       _THIRD_ORDER_SOURCE.read_bytes(), *(c for _, c in sorted(sources)))[:16]
     model_dir = cache_dir() / "models" / f"{stan_file.stem}-{code_key}"
     lib_dir = model_dir / f"lib-{tc.key}"
     if _read_complete(lib_dir) is not None:
@@ -304,19 +360,7 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         warnings = run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
                              list(stanc_args))
         log.write_text(warnings + "\n" if warnings else "")
-        cpp = (tmp / "model.cpp").read_text()
-        (tmp / "model3.cpp").write_text(cpp + f'\n#include "{_THIRD_ORDER_SOURCE}"\n')
-        compile_cmd = [tc.cxx, *tc.cxxflags, f"-I{pch}", f"-I{tc.include_dir}", "-include",
-                       str(pch / _PCH_HEADER), "-c"]
-        try:
-            _run([*compile_cmd, "model3.cpp", "-o", "model.o"], log,
-                 f"compiling the C++ of {stan_file.name}", cwd=tmp)
-        except CompileError:
-            with open(log, "a") as fh:
-                fh.write("# without third-order autodiff (RMHMC falls back to finite "
-                         "differences of Hessians):\n")
-            _run([*compile_cmd, "model.cpp", "-o", "model.o"], log,
-                 f"compiling the C++ of {stan_file.name}", cwd=tmp)
+        _compile_with_snippets(tc, pch, tmp, log, stan_file.name)
         if verbose:
             print(f"compiled {stan_file.name} in {time.perf_counter() - start:.1f} s")
         return ["model.o"]

@@ -90,6 +90,21 @@ class StanModel:
         self.dims = self.bridge.param_unc_num()
         self.kernel = DensityKernel(self)
 
+    @property
+    def build_log(self) -> Path:
+        """The compile log of this model's cache entry (stanc warnings, and why a
+        derivative snippet was left out)."""
+        return self.lib_path.parent.parent / "build.log"
+
+    @property
+    def hessian_method(self) -> str:
+        """How :meth:`log_density_hessian`, :meth:`log_density_hvp` and the Riemannian
+        samplers get second derivatives: ``"autodiff"`` (forward-over-reverse), or
+        ``"finite_differences"`` (central differences of autodiff gradients) for models
+        whose functions have no forward-mode instances, such as Stan's ODE and
+        algebraic solvers; :attr:`build_log` says why."""
+        return "autodiff" if self.kernel.hessian_autodiff else "finite_differences"
+
     def __reduce__(self):
         """Pickled as its constructor arguments: a worker process reloads the library
         from the compile cache."""
@@ -401,6 +416,23 @@ class DensityKernel:
     _third_methods = {"hessian": 0, "gradient": 1, "autodiff": 2}
 
     @property
+    def hessian_autodiff(self) -> bool:
+        """Whether Hessians are exact autodiff (``csrc/ahmc_second_order.hpp``) rather
+        than central differences of autodiff gradients."""
+        if "_hessian_autodiff" not in self.__dict__:
+            fn = self._entry("ahmc_hessian_autodiff", [])
+            self.__dict__["_hessian_autodiff"] = bool(fn())
+        return self.__dict__["_hessian_autodiff"]
+
+    def _third_step(self, method: str) -> float:
+        """Relative finite-difference step of a third-derivative method: differences of
+        Hessians that are themselves differences of gradients take the gradient step,
+        which balances their larger error against truncation."""
+        if method == "hessian" and not self.hessian_autodiff:
+            return self.third_derivative_steps["gradient"]
+        return self.third_derivative_steps[method]
+
+    @property
     def third_order_available(self) -> bool:
         """Whether the library has exact third-order autodiff (``fvar<fvar<var>>``, see
         ``csrc/ahmc_third_order.hpp``); models whose functions lack those instances are
@@ -440,9 +472,9 @@ class DensityKernel:
     def log_density_hessian(self, x: np.ndarray, grad_out: np.ndarray,
                             hess_out: np.ndarray) -> float:
         """Write the gradient and the Hessian (C-contiguous ``(dims, dims)``) at ``x`` into
-        the buffers and return the log density, all in one autodiff pass
-        (``ahmc_log_density_hessian``); ``-inf`` where the model throws or a result is not
-        finite."""
+        the buffers and return the log density (``ahmc_log_density_hessian``: one autodiff
+        pass, or differences of gradients, see :attr:`hessian_autodiff`); ``-inf`` where
+        the model throws or a result is not finite."""
         fn = self._entry("ahmc_log_density_hessian", [_ptr] * 5)
         if fn(self._handle, x.ctypes.data, self._lp_ptr, grad_out.ctypes.data,
               hess_out.ctypes.data):
@@ -462,7 +494,7 @@ class DensityKernel:
                                  [_ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
         method = self.resolve_third_method(method)
         return fn(self._handle, x.ctypes.data, self._third_methods[method],
-                  self.third_derivative_steps[method], out.ctypes.data) == 0
+                  self._third_step(method), out.ctypes.data) == 0
 
     def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray,
                         method: str = "auto") -> bool:
@@ -475,4 +507,4 @@ class DensityKernel:
                                  [_ptr, _ptr, _ptr, ctypes.c_int, ctypes.c_double, _ptr])
         method = self.resolve_third_method(method, ("autodiff", "hessian"), fallback="hessian")
         return fn(self._handle, x.ctypes.data, M.ctypes.data, self._third_methods[method],
-                  self.third_derivative_steps[method], out.ctypes.data) == 0
+                  self._third_step(method), out.ctypes.data) == 0

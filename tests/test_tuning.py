@@ -295,3 +295,86 @@ def test_freeze_stops_moves():
     tuner.unfreeze()
     tuner.update(best, 0.01)
     assert tuner.history[-1].moved  # k = 1000 → p = 1 again once unfrozen
+
+
+# ---- freezing at the GP's best, annealing during warmup (issue: trust) ---------------------
+
+def _synthetic_tuning_run(seed: int, options, warmup: int = 1000, draws: int = 200):
+    """Algorithm 2's loop (run_tuned_blocks) on a known reward surface over (ε, L) with
+    Gaussian noise (sd 0.15 of the peak): returns the tuner, the γs tried in warmup and
+    the γ the sampling phase ran at."""
+    from ahmc_stan.samplers.tuned_blocks import run_tuned_blocks
+    from ahmc_stan.tuning import Box, Dimension
+
+    box = Box([Dimension("step_size", 0.0, 1.0), Dimension("num_steps", 1, 30, integer=True)])
+    noise = np.random.default_rng(10_000 + seed)
+
+    class Clock:
+        n, sampling_start = 0, None
+
+        def mark_sampling_start(self, t):
+            self.sampling_start = t
+
+    clock, ran = Clock(), []
+
+    def run_block(gamma, n_iter, phase):
+        clock.n += n_iter
+        ran.append((phase, dict(gamma)))
+        return None, [None] * n_iter
+
+    def rewards(previous, positions, gamma, m):
+        n_blocks = -(-len(positions) // m)
+        return list(true_reward(gamma) + 0.15 * noise.normal(size=n_blocks))
+
+    tuner = options.make_tuner(box, np.random.default_rng(seed))
+    run_tuned_blocks(tuner, clock, run_block, rewards, warmup=warmup, draws=draws,
+                     options=options, chain_start=0.0, progress=lambda n: None)
+    tried = [g for phase, g in ran if phase == 1]
+    sampled = {tuple(g.items()) for phase, g in ran if phase == 2}
+    return tuner, tried, sampled
+
+
+def true_reward(gamma) -> float:
+    """A smooth unimodal surface with its peak 1 at ε = 0.7, L = 18."""
+    return float(np.exp(-(gamma["step_size"] - 0.7) ** 2 / 0.05
+                        - ((gamma["num_steps"] - 18) / 8.0) ** 2))
+
+
+def test_frozen_tuner_keeps_the_gps_best_gamma():
+    """adapt_during_sampling=False freezes at the tried γ of highest GP posterior mean
+    (the tuner's best() at the freeze): over 20 seeds its true reward is in the top 30 %
+    of the γs tried in warmup every time (measured: lowest 0.77 quantile, 14 of 20 in the
+    top decile).  The last UCB pick under the paper's schedule, frozen before, fails this
+    for 9 of the 20 seeds (4 below the median)."""
+    from ahmc_stan.samplers.tuned_blocks import TuningOptions
+
+    for seed in range(20):
+        tuner, tried, sampled = _synthetic_tuning_run(
+            seed, TuningOptions(adapt_during_sampling=False))
+        assert len(sampled) == 1  # one γ for all of sampling
+        frozen = dict(next(iter(sampled)))
+        assert frozen == tuner.best()
+        values = np.array([true_reward(g) for g in tried])
+        assert np.mean(values <= true_reward(frozen)) >= 0.7, seed
+
+
+def test_annealing_starts_during_warmup():
+    """Default: p_i starts to decay half-way through warmup's k blocks, so the last warmup
+    update has p = (k/2 + 1)^(-1/2); anneal_start=1 is the paper's schedule (p = 1 for
+    all of warmup).  The number of γ moves during sampling is recorded."""
+    from ahmc_stan.samplers.tuned_blocks import TuningOptions, tuning_extras
+
+    tuner, tried, _ = _synthetic_tuning_run(0, TuningOptions())
+    warm = tuner.history[:tuner.marks["sampling"]]
+    assert len(warm) == 100
+    assert warm[-1].p == pytest.approx(51 ** -0.5)
+    assert all(r.p == 1.0 for r in warm[:50])
+    extras = tuning_extras(tuner)
+    assert extras["gamma_moves_sampling"] == sum(
+        r.moved for r in tuner.history[tuner.marks["sampling"]:])
+    paper, _, _ = _synthetic_tuning_run(0, TuningOptions(anneal_start=1.0))
+    assert all(r.p == 1.0 for r in paper.history[:paper.marks["sampling"]])
+    frozen, _, _ = _synthetic_tuning_run(0, TuningOptions(adapt_during_sampling=False))
+    assert tuning_extras(frozen)["gamma_moves_sampling"] == 0
+    with pytest.raises(ValueError, match="anneal_start"):
+        TuningOptions(anneal_start=0.0)

@@ -32,6 +32,20 @@
 stan::model::model_base& new_model(stan::io::var_context& data_context,
                                    unsigned int seed, std::ostream* msg_stream);
 
+// Second-order autodiff on the model's concrete class, defined in the model's translation
+// unit by csrc/ahmc_second_order.hpp; absent (null) when the model's functions have no
+// fvar<var> instances (ODE and algebraic solvers, 1-D integrators), in which case
+// Hessians are central differences of autodiff gradients (see model_hessian below).
+namespace ahmc_native {
+void model_hessian(const stan::model::model_base* base, bool propto, bool jacobian,
+                   const Eigen::VectorXd& x, double& lp, Eigen::VectorXd& grad,
+                   Eigen::MatrixXd& hess, std::ostream* msgs) __attribute__((weak));
+void model_hessian_times_vector(const stan::model::model_base* base, bool propto,
+                                bool jacobian, const Eigen::VectorXd& x,
+                                const Eigen::VectorXd& v, double& lp, Eigen::VectorXd& hv,
+                                std::ostream* msgs) __attribute__((weak));
+}  // namespace ahmc_native
+
 #ifndef AHMC_BUILD_INFO
 #define AHMC_BUILD_INFO "unknown"
 #endif
@@ -136,7 +150,8 @@ T log_prob(const stan::model::model_base& model, bool propto, bool jacobian,
   return jacobian ? model.log_prob_jacobian(x, msgs) : model.log_prob(x, msgs);
 }
 
-// Functor for Stan Math's higher-order autodiff (hessian, hessian_times_vector, ...).
+// The log density as a functor of the unconstrained parameters, for Stan Math's
+// reverse-mode functionals (gradient, and the finite differences of gradients below).
 struct log_density_functor {
   const stan::model::model_base& model;
   bool propto;
@@ -149,6 +164,35 @@ struct log_density_functor {
     return log_prob(model, propto, jacobian, y, msgs);
   }
 };
+
+bool hessian_autodiff() { return ahmc_native::model_hessian != nullptr; }
+
+// Log density, gradient and Hessian: forward-over-reverse autodiff where the model has it,
+// else Stan Math's central differences of autodiff gradients (2n + 1 gradients, steps
+// scaled to each coordinate).
+void model_hessian(const stan::model::model_base& model, bool propto, bool jacobian,
+                   const vector_d& x, double& lp, vector_d& grad, Eigen::MatrixXd& hess) {
+  if (hessian_autodiff()) {
+    ahmc_native::model_hessian(&model, propto, jacobian, x, lp, grad, hess, print_stream);
+  } else {
+    stan::math::internal::finite_diff_hessian_auto(
+        log_density_functor{model, propto, jacobian, print_stream}, x, lp, grad, hess);
+  }
+}
+
+// Log density and Hessian-vector product, likewise (the fallback: central differences of
+// two autodiff gradients along v).
+void model_hessian_times_vector(const stan::model::model_base& model, bool propto,
+                                bool jacobian, const vector_d& x, const vector_d& v,
+                                double& lp, vector_d& hv) {
+  if (ahmc_native::model_hessian_times_vector != nullptr) {
+    ahmc_native::model_hessian_times_vector(&model, propto, jacobian, x, v, lp, hv,
+                                            print_stream);
+  } else {
+    stan::math::internal::finite_diff_hessian_times_vector_auto(
+        log_density_functor{model, propto, jacobian, print_stream}, x, v, lp, hv);
+  }
+}
 
 // out = M^-1 v for the inverse metric kinds of the sampler entry points: 0 identity,
 // 1 diagonal (a vector), 2 dense (row-major matrix).  `out` must not alias `v`.
@@ -417,8 +461,7 @@ int bs_log_density_hessian(const bs_model* m, bool propto, bool jacobian,
     vector_d g;
     Eigen::MatrixXd h;
     double lp;
-    stan::math::hessian(log_density_functor{*m->model, propto, jacobian, print_stream},
-                        x, lp, g, h);
+    model_hessian(*m->model, propto, jacobian, x, lp, g, h);
     *val = lp;
     std::copy(g.data(), g.data() + n, grad);
     std::copy(h.data(), h.data() + h.size(), hessian);
@@ -435,8 +478,7 @@ int bs_log_density_hessian_vector_product(const bs_model* m, bool propto, bool j
     vector_d v = Eigen::Map<const vector_d>(vector, n);
     vector_d hv;
     double lp;
-    stan::math::hessian_times_vector(
-        log_density_functor{*m->model, propto, jacobian, print_stream}, x, v, lp, hv);
+    model_hessian_times_vector(*m->model, propto, jacobian, x, v, lp, hv);
     *val = lp;
     std::copy(hv.data(), hv.data() + n, hvp);
   });
@@ -472,7 +514,11 @@ int bs_set_print_callback(print_callback_t callback, char** error_msg) {
 // ahmc-stan's entry points for samplers.  The Python side calls them through ctypes with
 // preallocated buffers; none allocates an error message.
 
-int ahmc_layer_version() { return 1; }
+int ahmc_layer_version() { return 2; }
+
+// 1 if Hessians and Hessian-vector products are exact (forward-over-reverse autodiff,
+// csrc/ahmc_second_order.hpp), 0 if central differences of autodiff gradients.
+int ahmc_hessian_autodiff() { return hessian_autodiff() ? 1 : 0; }
 
 // Log density and gradient with no error message: returns 0, or 1 when the model threw or
 // the result is not finite (the caller treats the point as having density zero).
@@ -744,8 +790,7 @@ int ahmc_draw_momenta(int metric, const double* inv_metric, int dims, uint64_t s
 // Second and third derivatives for Riemann-manifold HMC (ahmc_stan/riemann.py).
 //
 // Third derivatives: a model reached through `stan::model::model_base` has log_prob
-// overloads for double, var and fvar<var> only (STAN_MODEL_FVAR_VAR), so the
-// fvar<fvar<var>> evaluations of `stan::math::grad_hessian` and
+// overloads for double and var only, so the fvar<fvar<var>> evaluations of `stan::math::grad_hessian` and
 // `stan::math::grad_tr_mat_times_hessian` live in the model's own translation unit
 // (csrc/ahmc_third_order.hpp, appended to the stanc output by ahmc_stan.compiler), which
 // defines the two weak symbols below.  Methods:
@@ -753,10 +798,11 @@ int ahmc_draw_momenta(int metric, const double* inv_metric, int dims, uint64_t s
 //     ahmc_third_order_available): n(n+1)/2 fvar<fvar<var>> sweeps for the tensor, n for
 //     a contraction;
 // and, for models whose functions have no fvar<fvar<var>> instances, finite differences
-// of exact autodiff derivatives, with steps h = rel_step * max(1, |x_l|):
+// of autodiff derivatives, with steps h = rel_step * max(1, |x_l|):
 //   method 0, central differences of Hessians,  d_l H ~ (H(x + h e_l) - H(x - h e_l)) / 2h:
 //     2n Hessians (2n^2 forward-over-reverse sweeps); rel_step ~ eps^(1/3) = 6e-6 gives
-//     ~1e-10 relative error;
+//     ~1e-10 relative error when the Hessians are exact (not for models whose Hessians
+//     are themselves differences of gradients: use method 1 there);
 //   method 1, second differences of gradients,  d_l d_j g ~ [g(x + h_l e_l + h_j e_j)
 //     - g(x + h_l e_l - h_j e_j) - g(x - h_l e_l + h_j e_j) + g(x - h_l e_l - h_j e_j)]
 //     / (4 h_l h_j) (and the 3-point rule for l = j): 2n^2 + 1 gradients, several times
@@ -773,13 +819,12 @@ int ahmc_model_grad_tr_hessian(const stan::model::model_base* model,
 
 namespace {
 
-// Log density, gradient and Hessian (n x n, symmetric) by forward-over-reverse autodiff;
-// throws what the model throws, or std::domain_error when a result is not finite.
+// Log density, gradient and Hessian (n x n, symmetric) by model_hessian (autodiff, or
+// differences of gradients); throws what the model throws, or std::domain_error when a result is not finite.
 double finite_log_density_hessian(const bs_model* m, const vector_d& x, vector_d& grad,
                                   Eigen::MatrixXd& hess) {
   double lp;
-  stan::math::hessian(log_density_functor{*m->model, true, true, print_stream}, x, lp,
-                      grad, hess);
+  model_hessian(*m->model, true, true, x, lp, grad, hess);
   if (!std::isfinite(lp) || !grad.allFinite() || !hess.allFinite()) {
     throw std::domain_error("log density or its derivatives not finite");
   }
@@ -869,7 +914,7 @@ void gradient_second_differences(const bs_model* m, const double* theta_unc,
 extern "C" {
 
 // Log density, gradient and Hessian (row-major n x n; symmetric) of the unconstrained
-// log density (Jacobian included, constants dropped) in one forward-over-reverse pass.
+// log density (Jacobian included, constants dropped), by model_hessian.
 // Returns 0, or 1 when the model threw or a result is not finite.
 int ahmc_log_density_hessian(const bs_model* m, const double* theta_unc, double* lp,
                              double* grad, double* hessian) {

@@ -33,7 +33,16 @@ class TuningOptions:
     length scale at 0.2 of each box width, ~32 values per axis resolve the GP) or by DIRECT
     (``maximizer="direct"``); ``adapt_during_sampling=False`` freezes γ after warmup.
     ``schedule``/``lam`` and ``alpha=None`` select the thesis variant (Wang 2012, §3.3:
-    ``p_i = exp(−λ(i−1))``, no reward scale), see :class:`BayesOptTuner`."""
+    ``p_i = exp(−λ(i−1))``, no reward scale), see :class:`BayesOptTuner`.
+
+    Annealing.  With ``m = B/k`` warmup holds exactly k blocks, so the paper's
+    ``p_i = max(i − k + 1, 1)^{−1/2}`` is 1 for all of warmup and sampling would start at
+    full exploration.  By default the decay starts after ``anneal_start·k`` blocks
+    (``p_i = max(i − ⌈anneal_start·k⌉ + 1, 1)^{−1/2}``; 0.5: p ≈ 0.14 when sampling starts,
+    about 12 moves in the second half of warmup), while m stays B/k;
+    ``anneal_start=1`` is the paper's exact schedule.  A frozen tuner
+    (``adapt_during_sampling=False``) keeps the GP's best γ, the tried point with the
+    highest posterior mean, not its last (fully exploring) pick."""
 
     k: int = 100
     alpha: float | None = 4.0
@@ -49,9 +58,15 @@ class TuningOptions:
     max_call_steps: int = 20000
     schedule: str = "ahmc"
     lam: float = 0.01
+    anneal_start: float = 0.5
+
+    def __post_init__(self):
+        if not 0 < self.anneal_start <= 1:
+            raise ValueError(f"anneal_start must be in (0, 1], not {self.anneal_start!r}")
 
     def make_tuner(self, box: Box, rng: np.random.Generator, initial=None) -> BayesOptTuner:
-        return BayesOptTuner(box, rng=rng, k=self.k, alpha=self.alpha, kappa=self.kappa,
+        delay = max(1, math.ceil(self.anneal_start * self.k))
+        return BayesOptTuner(box, rng=rng, k=delay, alpha=self.alpha, kappa=self.kappa,
                              delta=self.delta, initial=initial, maximizer=self.maximizer,
                              schedule=self.schedule, lam=self.lam,
                              grid_points=self.grid_points,
@@ -114,8 +129,9 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
         in_warmup = rec.n < warmup
         if not in_warmup and rec.sampling_start is None:
             rec.mark_sampling_start(chain_start)
+            tuner.mark("sampling")
             if not options.adapt_during_sampling:
-                tuner.freeze()
+                tuner.freeze(to="best")
         remaining = (warmup if in_warmup else warmup + draws) - rec.n
         gamma = tuner.propose()
         per_unit = (unit_steps(gamma) if unit_steps is not None
@@ -133,10 +149,13 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
 
 
 def tuning_extras(tuner: BayesOptTuner | None) -> dict:
-    """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata."""
+    """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata, and
+    ``gamma_moves_sampling``: how often γ moved during sampling (None if sampling did not
+    start)."""
     if tuner is None:
-        return {"box": None, "tuning_history": []}
+        return {"box": None, "tuning_history": [], "gamma_moves_sampling": None}
     return {"box": [(d.name, d.low, d.high, d.integer) for d in tuner.box.dims],
+            "gamma_moves_sampling": tuner.moves_since("sampling"),
             "gp": {"kappa": tuner.kappa, "noise_var": tuner.gp.noise_var},
             "tuning_history": [{"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
                                 "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}

@@ -252,6 +252,8 @@ class BayesOptTuner:
         self._frozen = False
         self._queued_u: list[float] = []  # uniforms drawn ahead by updates_until_move
         self.history: list[TunerRecord] = []
+        #: name -> number of rewards received when the caller marked it (:meth:`mark`).
+        self.marks: dict[str, int] = {}
 
     # ------------------------------------------------------------------ state
     @property
@@ -341,6 +343,17 @@ class BayesOptTuner:
             if self._queued_u[j] < self._schedule(self._i + 1 + j):
                 return j + 1
         return n
+
+    def mark(self, name: str) -> None:
+        """Remember how many rewards have been received now, under ``name`` (e.g. the
+        start of sampling), so the history can be split there."""
+        self.marks[name] = self._i
+
+    def moves_since(self, name: str) -> int | None:
+        """Moves of γ made by the updates after the mark ``name`` (None if unmarked)."""
+        if name not in self.marks:
+            return None
+        return sum(r.moved for r in self.history[self.marks[name]:])
 
     def best(self) -> dict[str, Any]:
         """The tried γ with the highest posterior mean (the current γ if nothing is observed)."""
