@@ -5,6 +5,7 @@ from .model import DensityError, DensityKernel, StanModel
 from .fit import Fit, load_fit
 from .nuts import run_nuts
 from .comparison import compare
+from .convergence import ConvergenceWarning, Diagnosis, diagnose
 from .sampling import tune_and_sample
 
 __version__ = "0.1.0"
@@ -13,4 +14,5 @@ __all__ = [
     "StanModel", "DensityKernel", "DensityError", "StanCompileError", "CompileError",
     "compile_model",
     "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample",
+    "diagnose", "Diagnosis", "ConvergenceWarning",
 ]

@@ -52,8 +52,15 @@ def load_model(args: argparse.Namespace):
     return StanModel(args.model, args.data)
 
 
+def print_diagnosis(fit, label: str | None = None) -> None:
+    """The fit's convergence report (:meth:`Fit.diagnose`) on stderr."""
+    print(f"\nDiagnosis of {label or fit.sampler or 'the fit'}:\n{fit.diagnose()}",
+          file=sys.stderr)
+
+
 def report(fit, args: argparse.Namespace) -> None:
-    """Print the summary and the efficiency line; save the fit if ``--output`` was given."""
+    """Print the summary and the efficiency line, and the convergence diagnosis on stderr;
+    save the fit if ``--output`` was given."""
     import pandas as pd
 
     with pd.option_context("display.max_rows", 200, "display.width", 120,
@@ -61,6 +68,8 @@ def report(fit, args: argparse.Namespace) -> None:
         print(fit.summary())
     print()
     print(fit.efficiency_line())
+    sys.stdout.flush()
+    print_diagnosis(fit)
     if getattr(args, "output", None):
         print(f"saved {fit.save(args.output)}")
 
@@ -84,7 +93,8 @@ def _nuts(args: argparse.Namespace) -> int:
     extra = {k: v for k, v in (("adapt_delta", args.adapt_delta),
                                ("max_treedepth", args.max_treedepth)) if v is not None}
     fit = run_nuts(model, chains=args.chains, warmup=args.warmup, draws=args.draws,
-                   seed=args.seed, show_progress=args.progress, verbose=True, **extra)
+                   seed=args.seed, show_progress=args.progress, verbose=True,
+                   diagnose=False, **extra)
     report(fit, args)
     return 0
 
@@ -122,7 +132,7 @@ def _sample(args: argparse.Namespace) -> int:
     options = dict(_parse_option(o) for o in args.option)
     fit = tune_and_sample(model, sampler=args.sampler, chains=args.chains,
                           warmup=args.warmup, draws=args.draws, seed=args.seed,
-                          progress=not args.no_progress, **options)
+                          progress=not args.no_progress, diagnose=False, **options)
     report(fit, args)
     if fit.incomplete:
         print("(interrupted: the fit holds the draws made so far)")
@@ -174,7 +184,8 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
 def compare_model(args: argparse.Namespace) -> int:
     """Single-model comparison (``compare MODEL.stan --data D.json --samplers ahmc,nuts``):
     every sampler on the same model, data, chains, iterations and seed; prints the
-    ``compare`` table ranked by ESS per gradient, with ratios to NUTS."""
+    ``compare`` table ranked by ESS per gradient (fits that have not converged last,
+    marked), with ratios to NUTS; each fit's diagnosis goes to stderr."""
     from .comparison import compare, to_markdown
     from .nuts import run_nuts
     from .sampling import tune_and_sample
@@ -184,8 +195,9 @@ def compare_model(args: argparse.Namespace) -> int:
     run = dict(chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed)
     fits = {}
     for name in names:
-        fits[name] = (run_nuts(model, **run) if name.lower() == "nuts"
-                      else tune_and_sample(model, sampler=name, progress=False, **run))
+        fits[name] = (run_nuts(model, diagnose=False, **run) if name.lower() == "nuts"
+                      else tune_and_sample(model, sampler=name, progress=False,
+                                           diagnose=False, **run))
         print(fits[name].efficiency_line())
     table = compare(fits)
     print()
@@ -193,6 +205,9 @@ def compare_model(args: argparse.Namespace) -> int:
         "min_ess_bulk", "median_ess_bulk", "min_ess_per_grad", "min_ess_per_grad_total",
         "min_ess_per_s", "min_ess_per_grad / NUTS", "min_ess_per_s / NUTS", "max_rhat",
         "divergences") if c in table.columns]))
+    sys.stdout.flush()
+    for name, fit in fits.items():
+        print_diagnosis(fit, name)
     if args.csv:
         table.to_csv(args.csv)
         print(f"wrote {args.csv}")

@@ -6,6 +6,14 @@
 ``min_ess_per_grad / NUTS``, ``min_ess_per_grad_total / NUTS`` and
 ``min_ess_per_s / NUTS`` (> 1 means better than NUTS).  The NUTS row is the key named
 ``"nuts"`` (any case), else the fit whose ``sampler`` is ``"nuts"``.
+
+An ESS means nothing when the chains have not converged, so every fit is also run through
+:func:`ahmc_stan.convergence.diagnose`: columns ``converged`` (no R-hat > 1.01, no bulk or
+tail ESS < 100 per chain, no stuck chain, divergences in at most 1% of the post-warmup
+iterations) and ``problems`` (short text of every problem found, warnings such as E-BFMI,
+max tree depth or step-size spread included; "" when none).  Fits that have not converged
+rank last (each group ordered by ``min_ess_per_grad``); their ratio columns stay, and
+:func:`to_markdown` marks them with `` *`` and a note under the table.
 """
 
 from __future__ import annotations
@@ -39,15 +47,18 @@ def _nuts_key(fits: Mapping[str, Fit]) -> str | None:
 
 def compare(fits: Mapping[str, Fit]) -> "pandas.DataFrame":  # noqa: F821
     """One row per fit (indexed by the dict's keys), columns ``sampler``, ``incomplete``,
-    the :meth:`Fit.efficiency` fields and, when a NUTS fit is present, the ratio columns
-    of :data:`RATIO_COLUMNS`; sorted by ``min_ess_per_grad`` descending."""
+    ``converged``, ``problems``, the :meth:`Fit.efficiency` fields and, when a NUTS fit
+    is present, the ratio columns of :data:`RATIO_COLUMNS`; converged fits first, each
+    group sorted by ``min_ess_per_grad`` descending (``nan`` last)."""
     import pandas as pd
 
     if not fits:
         raise ValueError("compare() needs at least one fit")
     rows = {}
     for key, fit in fits.items():
+        diagnosis = fit.diagnose()
         rows[str(key)] = {"sampler": fit.sampler, "incomplete": fit.incomplete,
+                          "converged": diagnosis.converged, "problems": diagnosis.summary(),
                           **fit.efficiency()}
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.name = "fit"
@@ -60,7 +71,7 @@ def compare(fits: Mapping[str, Fit]) -> "pandas.DataFrame":  # noqa: F821
                           for v in df[field]]
     df = df.sort_values("min_ess_per_grad", ascending=False, na_position="last",
                         kind="stable")
-    return df
+    return df.sort_values("converged", ascending=False, kind="stable")
 
 
 def _format(value, floatfmt: str) -> str:
@@ -83,10 +94,19 @@ def to_markdown(df: "pandas.DataFrame", *, columns: list[str] | None = None,  # 
     """A GitHub-flavoured Markdown pipe table of ``df`` (no ``tabulate`` needed).
 
     ``columns`` selects and orders columns; floats use ``floatfmt`` (integral values are
-    printed as integers); numeric columns are right-aligned.
+    printed as integers); numeric columns are right-aligned.  When ``df`` has a
+    ``converged`` column (:func:`compare`), the rows that have not converged get a
+    trailing `` *`` on their label (first cell) and a note under the table lists them
+    with their ``problems``, whatever ``columns`` shows.
     """
     import pandas as pd
 
+    unconverged = ([not bool(v) for v in df["converged"]] if "converged" in df.columns
+                   else [False] * len(df))
+    notes = [f"{_format(label, floatfmt)} ({df['problems'].iloc[i]})"
+             if "problems" in df.columns and df["problems"].iloc[i]
+             else _format(label, floatfmt)
+             for i, label in enumerate(df.index) if unconverged[i]]
     if columns is not None:
         df = df[columns]
     heads = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
@@ -97,6 +117,8 @@ def to_markdown(df: "pandas.DataFrame", *, columns: list[str] | None = None,  # 
     for label, row in zip(df.index, df.itertuples(index=False)):
         cells = ([_format(label, floatfmt)] if index else []) + \
             [_format(v, floatfmt) for v in row]
+        if unconverged[len(body)] and cells:
+            cells[0] += " *"
         body.append(cells)
     widths = [max([len(h), 3] + [len(r[i]) for r in body]) for i, h in enumerate(heads)]
 
@@ -107,4 +129,8 @@ def to_markdown(df: "pandas.DataFrame", *, columns: list[str] | None = None,  # 
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else ("-" * (w + 2))
                           for w, num in zip(widths, numeric)) + "|"
-    return "\n".join([line(heads), rule, *(line(r) for r in body)])
+    table = "\n".join([line(heads), rule, *(line(r) for r in body)])
+    if notes:
+        table += ("\n\n\\* not converged (R-hat, ESS, stuck chains or divergences), so their "
+                  "ESS figures are not meaningful: " + "; ".join(notes))
+    return table

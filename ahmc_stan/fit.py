@@ -209,6 +209,15 @@ class Fit:
         except ValueError:
             raise KeyError(f"no column {name!r}") from None
 
+    def diagnose(self) -> "Diagnosis":  # noqa: F821
+        """Stan-grade convergence checks (R-hat, ESS, divergences, stuck chains, E-BFMI,
+        max tree depth / steps, step-size spread, interruption) of the parameters-block
+        columns: a :class:`~ahmc_stan.convergence.Diagnosis` (``.ok``, ``.converged``,
+        ``.problems``; ``str()`` is the report)."""
+        from .convergence import diagnose
+
+        return diagnose(self)
+
     # ---- diagnostics -------------------------------------------------------------------
 
     def _diagnostics(self) -> dict[str, np.ndarray]:
@@ -271,7 +280,7 @@ class Fit:
             "min_ess_per_s_total": ratio(min_bulk, time_total),
             "time_warmup": self.time_warmup,
             "time_sampling": self.time_sampling,
-            "max_rhat": stat(np.max, rhat),
+            "max_rhat": stat(np.max, rhat[~np.isnan(rhat)]),
             "divergences": int(np.sum(np.asarray(st["divergent"]) != 0)),
             "accept_rate": float(np.mean(st["accept_stat"])) if st["accept_stat"].size
             else math.nan,

@@ -91,17 +91,27 @@ def cmdstan_version(path: str | os.PathLike) -> str:
     return m.group(1) if m else "unknown"
 
 
+def _not_cmdstanpy_diagnostics(record: logging.LogRecord) -> bool:
+    """Drops cmdstanpy's "Some chains may have failed to converge" summary: run_nuts
+    reports divergences and max tree depth with the rest of its own diagnosis
+    (:mod:`ahmc_stan.convergence`), so they are not reported twice."""
+    return not str(record.msg).startswith("Some chains may have failed to converge")
+
+
 @contextlib.contextmanager
 def _quiet_cmdstanpy():
-    """cmdstanpy's INFO chatter off (warnings stay) for the duration, then as it was."""
+    """cmdstanpy's INFO chatter off (warnings stay, except its divergence/treedepth
+    summary, see :func:`_not_cmdstanpy_diagnostics`) for the duration, then as it was."""
     from cmdstanpy.utils import get_logger
 
     logger = get_logger()  # installs cmdstanpy's default handler if there is none
     level = logger.level
     logger.setLevel(max(level, logging.WARNING))
+    logger.addFilter(_not_cmdstanpy_diagnostics)
     try:
         yield
     finally:
+        logger.removeFilter(_not_cmdstanpy_diagnostics)
         logger.setLevel(level)
 
 
@@ -188,7 +198,7 @@ def _check_stanc(home: Path, version: str, stan_file: Path, includes: list[Path]
 
 def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
              seed: int | None = None, show_progress: bool = False, *,
-             verbose: bool = False, **cmdstan_args) -> Fit:
+             verbose: bool = False, diagnose: bool = True, **cmdstan_args) -> Fit:
     """Sample ``model`` (a :class:`~ahmc_stan.model.StanModel`) with CmdStan's NUTS.
 
     Adaptation is CmdStan's default (diagonal metric, ``adapt_delta`` 0.8) unless
@@ -203,6 +213,10 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
     cut to the shortest; times ``nan``, as a killed chain never writes them), or
     re-raises if no sampling draw exists yet.  A terminal's Ctrl-C signals CmdStan's
     processes too; a SIGINT sent to Python alone leaves them running to completion.
+
+    ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
+    :class:`~ahmc_stan.convergence.ConvergenceWarning` with its report (like CmdStan's
+    ``diagnose``) if it finds problems.
     """
     import cmdstanpy
 
@@ -245,12 +259,21 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
                 fit = _partial_fit(model, out_dir, warmup, metadata, draws=draws)
                 if fit is None:
                     raise
-                return fit
-        return _fit_from_cmdstanpy(model, mcmc, warmup, metadata,
-                                   keep_csv=user_dir is not None)
+                return _checked(fit, diagnose)
+        return _checked(_fit_from_cmdstanpy(model, mcmc, warmup, metadata,
+                                            keep_csv=user_dir is not None), diagnose)
     finally:
         if not user_dir:
             shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _checked(fit: Fit, diagnose: bool) -> Fit:
+    """``fit``, after a ConvergenceWarning if ``diagnose`` and it has problems."""
+    if diagnose:
+        from .convergence import warn_if_problems
+
+        warn_if_problems(fit, stacklevel=4)
+    return fit
 
 
 def _flat_name(name: str) -> str:

@@ -131,13 +131,17 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
 def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     warmup: int = 1000, draws: int = 1000, seed: int | None = None,
                     init: Mapping[str, Any] | None = None, progress: bool = True,
-                    parallel: bool | int | None = None, **options) -> Fit:
+                    parallel: bool | int | None = None, diagnose: bool = True,
+                    **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then keep ``draws``.
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
     ``options`` go to the sampler (for AHMC: ``metric``, ``box``, ``k``,
     ``adapt_during_sampling``, ... — see :mod:`ahmc_stan.samplers.ahmc`).
+    ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
+    :class:`~ahmc_stan.convergence.ConvergenceWarning` with its report if it finds
+    problems (R-hat, ESS, divergences, stuck chains, E-BFMI, ...).
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")
@@ -184,5 +188,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     done = [r for r in results if r is not None]
     if not done:
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
-    return _assemble(model, sampler, done, seed, warmup, draws, options,
-                     interrupted or len(done) < chains)
+    fit = _assemble(model, sampler, done, seed, warmup, draws, options,
+                    interrupted or len(done) < chains)
+    if diagnose:
+        from .convergence import warn_if_problems
+
+        warn_if_problems(fit)
+    return fit

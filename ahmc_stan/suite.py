@@ -300,12 +300,14 @@ def _run_fit(job: Job) -> Fit:
         from .nuts import run_nuts
 
         return run_nuts(job.model, chains=job.chains, warmup=job.warmup, draws=job.draws,
-                        seed=job.seed, parallel_chains=1, **job.spec.options)
+                        seed=job.seed, parallel_chains=1, diagnose=False,
+                        **job.spec.options)
     from .sampling import tune_and_sample
 
     return tune_and_sample(job.model, job.spec.sampler, chains=job.chains,
                            warmup=job.warmup, draws=job.draws, seed=job.seed,
-                           progress=False, parallel=False, **job.spec.options)
+                           progress=False, parallel=False, diagnose=False,
+                           **job.spec.options)
 
 
 def predictive_mse(fit: Fit, y_test: np.ndarray) -> float:

@@ -312,7 +312,9 @@ def test_compare_puts_stuck_and_undefined_last():
     stuck.draws[:] = np.arange(4.0)[:, None, None]  # chains that never moved
     free = iid_fit(sampler="free", n_grad=0)  # no gradients recorded: ESS/grad undefined
     df = compare({"nuts": iid_fit(n_grad=10), "stuck": stuck, "free": free})
-    assert list(df.index) == ["nuts", "stuck", "free"]
+    # converged fits first (nan ESS/grad last among them), then the unconverged "stuck"
+    assert list(df.index) == ["nuts", "free", "stuck"]
+    assert list(df["converged"]) == [True, True, False]
     assert df.loc["stuck", "min_ess_bulk"] < 10 and df.loc["stuck", "max_rhat"] > 100
     assert math.isnan(df.loc["free", "min_ess_per_grad"])
     assert math.isnan(df.loc["free", "min_ess_per_grad / NUTS"])

@@ -1,0 +1,467 @@
+"""Stan-grade convergence diagnostics of a :class:`~ahmc_stan.fit.Fit`, for every sampler.
+
+``diagnose(fit)`` (also :meth:`Fit.diagnose`) runs the checks of CmdStan's ``diagnose``
+and cmdstanpy's ``fit.diagnose()`` on the post-warmup draws of the parameters-block
+columns (the first ``fit.n_params`` columns) and returns a :class:`Diagnosis`: a tuple of
+:class:`Problem`, empty when all is well.  ``str(diagnosis)`` is the text report, one
+paragraph per problem (``"No problems detected."`` when there is none).
+
+Checks and their thresholds (module constants):
+
+* ``rhat``: rank-normalised split R-hat (ArviZ) above :data:`RHAT_MAX` (1.01).  Columns
+  whose draws are all equal (constant in every chain, e.g. the diagonal of a
+  ``cholesky_factor_corr``) are skipped; an R-hat that cannot be computed for a varying
+  column is reported.  ArviZ computes no R-hat from a single chain: one-chain fits get the
+  ESS checks only.
+* ``ess_bulk``, ``ess_tail``: bulk or tail ESS (ArviZ) below :data:`ESS_PER_CHAIN_MIN`
+  (100) per chain, i.e. ``< 100 * chains``; the worst columns are named.
+* ``divergences``: any divergent post-warmup transition (count and %).
+* ``stuck_chain``: a chain that never moved (every post-warmup draw equal), a chain whose
+  sd in a column is below :data:`STUCK_RELATIVE_SD` (1e-8) times the pooled sd while the
+  column varies in another chain, or — when an ``lp`` statistic is recorded (NUTS'
+  ``lp__`` and the HMC family's ``lp``) and there are at least two chains — a chain whose
+  mean ``lp`` lies more than ``max(LP_GAP_SDS * s, LP_GAP_MIN)`` below the median of the
+  other chains' means, ``s`` the median over chains of the within-chain sd of ``lp``
+  (:data:`LP_GAP_SDS` = 4, :data:`LP_GAP_MIN` = 1 nat): a chain stuck in a minor mode.
+* ``ebfmi``: per chain, for samplers that record ``energy`` (NUTS and the HMC family),
+  E-BFMI = Σ(E_t − E_{t−1})² / Σ(E_t − Ē)² below :data:`EBFMI_MIN` (0.3).
+* ``max_steps``: NUTS iterations whose ``treedepth`` reached the ``max_treedepth`` of the
+  run (``metadata["cmdstan_args"]``, default :data:`DEFAULT_MAX_TREEDEPTH` = 10); for our
+  samplers, iterations whose number of leapfrog steps in force (``num_steps_max``, else
+  ``num_steps``) reached the sampler's ``max_num_steps`` cap — the option given to
+  ``tune_and_sample`` (``metadata["options"]``) or else the default of the sampler's
+  ``run_chain``; samplers without such a cap (or a cap that is not an integer, e.g.
+  ARMHMC's ``None``) are not checked.
+* ``step_size_spread``: max/min over chains of the per-chain median post-warmup
+  ``step_size`` above :data:`STEP_SIZE_SPREAD_MAX` (10): the chains adapted to different
+  regions (or one adaptation failed).
+* ``incomplete``: the run was interrupted and the draws are a prefix.
+
+Each :class:`Problem` says whether it means the draws have **not converged**
+(``Problem.convergence``): R-hat, ESS, stuck chains, and divergences in more than
+:data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
+max-steps, step-size spread, an incomplete run and rarer divergences are warnings that
+leave :attr:`Diagnosis.converged` true; :func:`ahmc_stan.comparison.compare` ranks fits
+that have not converged last.
+
+``tune_and_sample`` and ``run_nuts`` emit a :class:`ConvergenceWarning` with the report
+when a fit has any problem (``diagnose=False`` switches it off).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["diagnose", "Diagnosis", "Problem", "ConvergenceWarning", "warn_if_problems",
+           "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
+           "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
+           "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "CONVERGENCE_KINDS"]
+
+#: Split R-hat above this is a problem (Vehtari et al. 2021).
+RHAT_MAX = 1.01
+#: Bulk or tail ESS below this many per chain is a problem.
+ESS_PER_CHAIN_MIN = 100
+#: Divergences in more than this fraction of post-warmup iterations mean "not converged"
+#: (fewer are still reported, as a warning).
+DIVERGENCE_UNCONVERGED_FRACTION = 0.01
+#: A chain's sd in a column below this times the pooled sd counts as no variation.
+STUCK_RELATIVE_SD = 1e-8
+#: A chain's mean lp this many within-chain sds below the other chains' is stuck ...
+LP_GAP_SDS = 4.0
+#: ... and at least this many nats below.
+LP_GAP_MIN = 1.0
+#: E-BFMI below this (per chain) suggests the momentum resampling explores the energy
+#: distribution poorly (Betancourt 2016).
+EBFMI_MIN = 0.3
+#: CmdStan's default maximum tree depth.
+DEFAULT_MAX_TREEDEPTH = 10
+#: max/min over chains of the median step size above this is a problem.
+STEP_SIZE_SPREAD_MAX = 10.0
+#: Problem kinds that always mean the draws have not converged ("divergences" does
+#: above DIVERGENCE_UNCONVERGED_FRACTION).
+CONVERGENCE_KINDS = ("rhat", "ess_bulk", "ess_tail", "stuck_chain")
+
+_WORST = 5  # columns named in a message
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit failed one of :func:`diagnose`'s checks; the message is the report."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed check.
+
+    ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
+    ``"stuck_chain"``, ``"ebfmi"``, ``"max_steps"``, ``"step_size_spread"`` or
+    ``"incomplete"``; ``message``: the report's paragraph; ``columns``: the columns
+    involved (worst first); ``chains``: the chains involved (0-based indices into
+    ``fit.draws``; messages count from 1, like CmdStan); ``value``: the offending value
+    (worst R-hat, smallest ESS, fraction divergent, smallest E-BFMI, ...);
+    ``threshold``: the rule's threshold; ``convergence``: True when the problem means the
+    draws have not converged (see the module docstring).
+    """
+
+    kind: str
+    message: str
+    columns: tuple[str, ...] = ()
+    chains: tuple[int, ...] = ()
+    value: float = math.nan
+    threshold: float = math.nan
+    convergence: bool = False
+
+    @property
+    def short(self) -> str:
+        """A few words, e.g. ``"R-hat 1.86"``, ``"min ESS bulk 2.9"``."""
+        v = self.value
+        if self.kind == "rhat":
+            return (f"R-hat {v:.3f}" if v < 100 else f"R-hat {v:.3g}") if math.isfinite(v) \
+                else "R-hat undefined"
+        if self.kind in ("ess_bulk", "ess_tail"):
+            return (f"min ESS {self.kind[4:]} {v:.3g}" if math.isfinite(v)
+                    else f"ESS {self.kind[4:]} undefined")
+        if self.kind == "divergences":
+            return f"{100 * v:.2g}% divergent"
+        if self.kind == "stuck_chain":
+            return "stuck chain" + ("s " if len(self.chains) > 1 else " ") + \
+                ",".join(str(c + 1) for c in self.chains)
+        if self.kind == "ebfmi":
+            return f"E-BFMI {v:.2g}"
+        if self.kind == "max_steps":
+            return f"{100 * v:.2g}% at max steps"
+        if self.kind == "step_size_spread":
+            return f"step sizes differ {v:.3g}x"
+        if self.kind == "incomplete":
+            return "incomplete"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The problems :func:`diagnose` found (empty: none)."""
+
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No problem at all (warnings included)."""
+        return not self.problems
+
+    @property
+    def converged(self) -> bool:
+        """No problem that means the draws have not converged (see the module doc)."""
+        return not any(p.convergence for p in self.problems)
+
+    def __bool__(self) -> bool:  # a Diagnosis is truthy when there is something to say
+        return bool(self.problems)
+
+    def __iter__(self):
+        return iter(self.problems)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(p.kind for p in self.problems)
+
+    def get(self, kind: str) -> tuple[Problem, ...]:
+        """The problems of one kind."""
+        return tuple(p for p in self.problems if p.kind == kind)
+
+    def summary(self) -> str:
+        """Short text of the problems, ``"R-hat 1.86; min ESS bulk 2.9"`` ("" when ok)."""
+        return "; ".join(p.short for p in self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "converged": self.converged,
+                "problems": [dict(asdict(p), columns=list(p.columns), chains=list(p.chains))
+                             for p in self.problems]}
+
+    def __str__(self) -> str:
+        if self.ok:
+            return "No problems detected."
+        return "\n\n".join(p.message for p in self.problems)
+
+
+# ---- the checks ---------------------------------------------------------------------------
+
+def diagnose(fit) -> Diagnosis:
+    """Run every check on ``fit`` (a :class:`~ahmc_stan.fit.Fit`); see the module doc."""
+    problems: list[Problem] = []
+    for check in (_check_incomplete, _check_rhat_ess, _check_divergences, _check_stuck,
+                  _check_ebfmi, _check_max_steps, _check_step_size):
+        problems.extend(check(fit))
+    return Diagnosis(tuple(problems))
+
+
+def warn_if_problems(fit, stacklevel: int = 3) -> Diagnosis:
+    """Diagnose ``fit`` and emit one :class:`ConvergenceWarning` with the report if it has
+    problems — once per fit (a second call does not warn again)."""
+    diagnosis = diagnose(fit)
+    if diagnosis.problems and not getattr(fit, "_convergence_warned", False):
+        fit._convergence_warned = True
+        label = fit.sampler or "sampler"
+        warnings.warn(f"{label}: {len(diagnosis)} problem(s) in the fit "
+                      f"({fit.chains} chain{'s' if fit.chains != 1 else ''} x "
+                      f"{fit.n_draws} draws):\n\n{diagnosis}",
+                      ConvergenceWarning, stacklevel=stacklevel)
+    return diagnosis
+
+
+def _names(cols, fit) -> tuple[str, ...]:
+    return tuple(fit.param_names[j] for j in cols)
+
+
+def _rhat_text(v: float) -> str:
+    return "undefined" if math.isnan(v) else f"{v:.4f}" if v < 100 else f"{v:.3g}"
+
+
+def _listing(names, values, fmt) -> str:
+    text = fmt if callable(fmt) else lambda v: format(v, fmt)
+    shown = ", ".join(f"{n} ({text(v)})" for n, v in list(zip(names, values))[:_WORST])
+    more = len(names) - _WORST
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _chains(chains) -> str:
+    return ("chain " if len(chains) == 1 else "chains ") + ", ".join(str(c + 1) for c in chains)
+
+
+def _check_incomplete(fit):
+    if not fit.incomplete:
+        return []
+    return [Problem("incomplete", f"The run was interrupted: the fit holds only the first "
+                    f"{fit.n_draws} post-warmup draws of each chain.")]
+
+
+def _varying(fit) -> np.ndarray:
+    """Parameters-block columns whose draws are not all equal."""
+    p = fit.params
+    if p.size == 0:
+        return np.zeros(p.shape[2], dtype=bool)
+    flat = p.reshape(-1, p.shape[2])
+    with np.errstate(invalid="ignore"):
+        return ~np.all(flat == flat[:1], axis=0)
+
+
+def _check_rhat_ess(fit):
+    k = fit.n_params
+    if k == 0:
+        return []
+    if fit.n_draws < 4:
+        return [Problem("ess_bulk", f"R-hat and ESS need at least 4 post-warmup draws per "
+                        f"chain; this fit has {fit.n_draws}.", value=math.nan,
+                        threshold=ESS_PER_CHAIN_MIN * fit.chains, convergence=True)]
+    d = fit._diagnostics()
+    cols = np.flatnonzero(_varying(fit))
+    out = []
+    rhat = d["r_hat"][:k][cols]
+    # ArviZ computes no R-hat for a single chain (nan): the check then needs 2 chains
+    bad = (np.isnan(rhat) & (fit.chains > 1)) | (rhat > RHAT_MAX)
+    if bad.any():
+        order = np.argsort(-np.where(np.isnan(rhat), np.inf, rhat)[bad], kind="stable")
+        worst = cols[bad][order]
+        values = d["r_hat"][worst]
+        out.append(Problem(
+            "rhat",
+            f"The following parameters had split R-hat greater than {RHAT_MAX}: "
+            f"{_listing(_names(worst, fit), values, _rhat_text)}. Such high values indicate "
+            "incomplete mixing and biased estimation: the chains have not converged. "
+            "Consider longer warmup, reparameterising the model or better priors.",
+            columns=_names(worst, fit), value=float(np.nanmax(values)) if not np.isnan(
+                values).all() else math.nan, threshold=RHAT_MAX, convergence=True))
+    need = ESS_PER_CHAIN_MIN * fit.chains
+    for kind, label in (("ess_bulk", "bulk"), ("ess_tail", "tail")):
+        ess = d[kind][:k][cols]
+        bad = np.isnan(ess) | (ess < need)
+        if not bad.any():
+            continue
+        order = np.argsort(np.where(np.isnan(ess), -np.inf, ess)[bad], kind="stable")
+        worst = cols[bad][order]
+        values = d[kind][worst]
+        out.append(Problem(
+            kind,
+            f"The following parameters had {label} ESS below {ESS_PER_CHAIN_MIN} per chain "
+            f"(< {need} for {fit.chains} chain{'s' if fit.chains > 1 else ''}): "
+            f"{_listing(_names(worst, fit), values, '.3g')}. Estimates of their "
+            f"{'posterior means' if label == 'bulk' else 'tail quantiles'} are unreliable; "
+            "run longer chains or improve the sampler's efficiency.",
+            columns=_names(worst, fit),
+            value=float(np.nanmin(values)) if not np.isnan(values).all() else math.nan,
+            threshold=float(need), convergence=True))
+    return out
+
+
+def _check_divergences(fit):
+    div = np.asarray(fit.sampler_stats["divergent"]) != 0
+    n = int(div.sum())
+    if n == 0:
+        return []
+    frac = n / div.size
+    chains = tuple(int(c) for c in np.flatnonzero(div.any(axis=1)))
+    serious = frac > DIVERGENCE_UNCONVERGED_FRACTION
+    return [Problem(
+        "divergences",
+        f"{n} of {div.size} ({100 * frac:.2g}%) post-warmup transitions ended with a "
+        f"divergence ({_chains(chains)}). These divergent "
+        "transitions indicate that the sampler could not explore a region of high "
+        "curvature, which biases the estimates"
+        + (f"; above {100 * DIVERGENCE_UNCONVERGED_FRACTION:g}% the fit counts as not "
+           "converged" if serious else "")
+        + ". Try a smaller step size (a higher target acceptance, e.g. adapt_delta) or "
+        "reparameterise the model (e.g. non-centred).",
+        chains=chains, value=frac, threshold=DIVERGENCE_UNCONVERGED_FRACTION,
+        convergence=serious)]
+
+
+def _check_stuck(fit):
+    p = fit.params
+    chains, n, k = p.shape
+    out = []
+    if n >= 2 and k > 0:
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sd = p.std(axis=1)                                 # (chains, k)
+            pooled = p.reshape(-1, k).std(axis=0)              # (k,)
+        flat = sd <= STUCK_RELATIVE_SD * pooled                # no variation in that chain
+        varies = (pooled > 0) & ~flat                          # ... somewhere else it varies
+        never = np.all(p == p[:, :1], axis=(1, 2))             # every draw identical
+        for c in range(chains):
+            stuck_cols = np.flatnonzero(flat[c] & varies.any(axis=0))
+            if never[c] and ((pooled > 0).any() or chains == 1):
+                out.append(Problem(
+                    "stuck_chain", f"Chain {c + 1} never moved: all its {n} post-warmup "
+                    "draws are identical (no proposal was accepted). Its draws say nothing "
+                    "about the posterior; check the initial values and the step size.",
+                    chains=(c,), columns=_names(np.flatnonzero(pooled > 0), fit),
+                    value=0.0, threshold=STUCK_RELATIVE_SD,
+                    convergence=True))
+            elif stuck_cols.size:
+                names = _names(stuck_cols, fit)
+                shown = ", ".join(names[:_WORST]) + (
+                    f" and {len(names) - _WORST} more" if len(names) > _WORST else "")
+                out.append(Problem(
+                    "stuck_chain", f"Chain {c + 1} is stuck: its draws of {shown} do not "
+                    "vary (sd below "
+                    f"{STUCK_RELATIVE_SD:g} times the pooled sd) while other chains' do.",
+                    chains=(c,), columns=names, value=float(np.max(
+                        sd[c, stuck_cols] / pooled[stuck_cols])),
+                    threshold=STUCK_RELATIVE_SD, convergence=True))
+    lp = fit.sampler_stats.get("lp")
+    stuck = {q.chains[0] for q in out}
+    if lp is not None and chains >= 2 and n >= 2:
+        lp = np.asarray(lp, dtype=float)
+        if np.isfinite(lp).all():
+            means, sds = lp.mean(axis=1), lp.std(axis=1)
+            gap = max(LP_GAP_SDS * float(np.median(sds)), LP_GAP_MIN)
+            for c in range(chains):
+                ref = float(np.median(np.delete(means, c)))
+                if c not in stuck and means[c] < ref - gap:
+                    out.append(Problem(
+                        "stuck_chain", f"Chain {c + 1}'s mean lp ({means[c]:.4g}) is "
+                        f"{ref - means[c]:.3g} below the other chains' median ({ref:.4g}), "
+                        f"more than the allowed {gap:.3g} (max({LP_GAP_SDS:g} within-chain "
+                        f"sds, {LP_GAP_MIN:g})): it is probably stuck in a region of low "
+                        "posterior density (a minor mode or a local optimum).",
+                        chains=(c,), value=float(means[c] - ref), threshold=-gap,
+                        convergence=True))
+    return out
+
+
+def _check_ebfmi(fit):
+    energy = fit.sampler_stats.get("energy")
+    if energy is None or fit.n_draws < 3:
+        return []
+    energy = np.asarray(energy, dtype=float)
+    num = np.sum(np.diff(energy, axis=1) ** 2, axis=1)
+    den = np.sum((energy - energy.mean(axis=1, keepdims=True)) ** 2, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ebfmi = num / den
+    bad = np.flatnonzero((den > 0) & np.isfinite(ebfmi) & (ebfmi < EBFMI_MIN))
+    if not bad.size:
+        return []
+    listing = ", ".join(f"chain {c + 1}: {ebfmi[c]:.3g}" for c in bad)
+    return [Problem(
+        "ebfmi", f"E-BFMI below {EBFMI_MIN} ({listing}). The momentum resampling explores "
+        "the energy distribution poorly; the posterior may have heavy tails or a funnel, "
+        "and a reparameterisation may help.",
+        chains=tuple(int(c) for c in bad), value=float(ebfmi[bad].min()),
+        threshold=EBFMI_MIN)]
+
+
+def _step_cap(fit) -> tuple[str, np.ndarray, int, str] | None:
+    """(statistic, values, cap, what) of the max-steps check, or None."""
+    st, meta = fit.sampler_stats, fit.metadata
+    if "treedepth" in st:
+        args = meta.get("cmdstan_args") or {}
+        cap = args.get("max_treedepth", DEFAULT_MAX_TREEDEPTH)
+        if isinstance(cap, (int, np.integer)) and not isinstance(cap, bool):
+            return ("treedepth", np.asarray(st["treedepth"]), int(cap),
+                    "maximum tree depth")
+        return None
+    name = "num_steps_max" if "num_steps_max" in st else "num_steps" if "num_steps" in st \
+        else None
+    if name is None:
+        return None
+    options = meta.get("options") or {}
+    cap = options.get("max_num_steps")
+    if cap is None:
+        cap = _default_max_num_steps(fit.sampler)
+    if isinstance(cap, (int, np.integer)) and not isinstance(cap, bool) and cap > 0:
+        return name, np.asarray(st[name]), int(cap), "maximum number of leapfrog steps"
+    return None
+
+
+def _default_max_num_steps(sampler: str):
+    try:
+        from .sampling import SAMPLERS
+
+        param = inspect.signature(SAMPLERS[sampler]()).parameters.get("max_num_steps")
+    except Exception:  # unknown sampler, import failure: no reliable cap
+        return None
+    return None if param is None else param.default
+
+
+def _check_max_steps(fit):
+    found = _step_cap(fit)
+    if found is None:
+        return []
+    name, values, cap, what = found
+    hit = values >= cap
+    n = int(hit.sum())
+    if n == 0:
+        return []
+    frac = n / hit.size
+    chains = tuple(int(c) for c in np.flatnonzero(hit.any(axis=1)))
+    return [Problem(
+        "max_steps", f"{n} of {hit.size} ({100 * frac:.2g}%) post-warmup transitions hit "
+        f"the {what} ({name} = {cap}). The trajectories were cut short, which costs "
+        "efficiency (not validity); raise the limit"
+        + (" (max_treedepth)" if name == "treedepth" else " (max_num_steps)")
+        + " or reparameterise.",
+        chains=chains, value=frac, threshold=float(cap))]
+
+
+def _check_step_size(fit):
+    steps = np.asarray(fit.sampler_stats["step_size"], dtype=float)
+    if fit.chains < 2 or fit.n_draws == 0:
+        return []
+    med = np.median(steps, axis=1)
+    if not (np.isfinite(med).all() and (med > 0).all()):
+        return []
+    ratio = float(med.max() / med.min())
+    if ratio <= STEP_SIZE_SPREAD_MAX:
+        return []
+    lo, hi = int(np.argmin(med)), int(np.argmax(med))
+    return [Problem(
+        "step_size_spread", f"The chains' median step sizes differ by a factor of "
+        f"{ratio:.3g} (chain {lo + 1}: {med[lo]:.3g}, chain {hi + 1}: {med[hi]:.3g}), more "
+        f"than {STEP_SIZE_SPREAD_MAX:g}: the chains adapted to different regions of the "
+        "posterior, or one adaptation failed.",
+        chains=(lo, hi), value=ratio, threshold=STEP_SIZE_SPREAD_MAX)]

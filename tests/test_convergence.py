@@ -1,0 +1,314 @@
+"""Stan-grade diagnostics after every run (ahmc_stan.convergence): synthetic fits for each
+check, and real Stan models (centred eight schools, an improper posterior, a standard
+normal) through CmdStan's NUTS and AHMC."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from ahmc_stan import ConvergenceWarning, Diagnosis, StanModel, diagnose
+from ahmc_stan.comparison import compare, to_markdown
+from ahmc_stan.convergence import (EBFMI_MIN, ESS_PER_CHAIN_MIN, RHAT_MAX,
+                                   STEP_SIZE_SPREAD_MAX, Problem, warn_if_problems)
+from ahmc_stan.fit import Fit
+
+from .conftest import stan_model_path
+
+EIGHT_SCHOOLS = {"J": 8, "y": [28, 8, -3, 7, -1, 1, 18, 12],
+                 "sigma": [15, 10, 16, 11, 9, 11, 10, 18]}
+
+
+# ---- synthetic fits -------------------------------------------------------------------------
+
+def synthetic(seed=0, chains=4, draws=500, cols=3, sampler="nuts", names=None,
+              metadata=None, incomplete=False, **overrides):
+    """iid N(0, 1) draws: a fit with no problem; ``overrides`` replace statistics."""
+    rng = np.random.default_rng(seed)
+    stats = {
+        "accept_stat": np.full((chains, draws), 0.8),
+        "step_size": np.full((chains, draws), 0.5),
+        "n_grad": np.full((chains, draws), 7, dtype=np.int64),
+        "divergent": np.zeros((chains, draws), dtype=np.int64),
+        "energy": rng.normal(size=(chains, draws)),
+        "lp": rng.normal(size=(chains, draws)),
+    }
+    if sampler == "nuts":
+        stats["treedepth"] = np.full((chains, draws), 3, dtype=np.int64)
+    stats.update(overrides)
+    names = names or [f"x.{i + 1}" for i in range(cols)]
+    return Fit(rng.normal(size=(chains, draws, len(names))), names, stats, sampler=sampler,
+               metadata=metadata, incomplete=incomplete)
+
+
+def test_clean_fit_is_ok_and_report_says_so():
+    d = synthetic().diagnose()
+    assert isinstance(d, Diagnosis) and d.ok and d.converged and not d.problems
+    assert str(d) == "No problems detected."
+    assert d.to_dict() == {"ok": True, "converged": True, "problems": []}
+    assert d.summary() == ""
+
+
+def test_stuck_chain_in_one_column():
+    fit = synthetic()
+    fit.draws[2, :, 1] = 0.7  # chain 3 never moves in x.2; the other chains do
+    d = fit.diagnose()
+    (p,) = d.get("stuck_chain")
+    assert p.chains == (2,) and p.columns == ("x.2",) and p.convergence
+    assert "Chain 3" in p.message and "x.2" in p.message
+    assert not d.converged and not d.ok
+    assert "stuck chain 3" in d.summary()
+
+
+def test_chain_that_never_moved():
+    fit = synthetic()
+    fit.draws[1] = fit.draws[1, :1]  # every draw of chain 2 equals its first
+    (p,) = diagnose(fit).get("stuck_chain")
+    assert p.chains == (1,) and "never moved" in p.message
+
+
+def test_chain_with_low_lp_is_stuck():
+    lp = np.random.default_rng(1).normal(size=(4, 500))
+    lp[3] -= 20  # far below the others (4 within-chain sds is 4)
+    d = synthetic(lp=lp).diagnose()
+    (p,) = d.get("stuck_chain")
+    assert p.chains == (3,) and "lp" in p.message and p.value == pytest.approx(-20, abs=0.5)
+    small = np.random.default_rng(1).normal(size=(4, 500))
+    small[3] -= 1.5  # within the allowed gap
+    assert synthetic(lp=small).diagnose().ok
+
+
+def test_ebfmi_per_chain():
+    rng = np.random.default_rng(2)
+    energy = rng.normal(size=(4, 500))
+    for t in range(1, 500):  # chain 2: AR(1), phi 0.95, E-BFMI ~ 2 (1 - phi) = 0.1
+        energy[1, t] = 0.95 * energy[1, t - 1] + rng.normal()
+    d = synthetic(energy=energy).diagnose()
+    (p,) = d.get("ebfmi")
+    assert p.chains == (1,) and p.value < EBFMI_MIN and p.threshold == EBFMI_MIN
+    assert not p.convergence and d.converged and not d.ok  # a warning, not unconverged
+    assert "E-BFMI" in str(d)
+
+
+def test_step_size_spread():
+    steps = np.full((4, 500), 0.5)
+    steps[2] = 0.01
+    (p,) = synthetic(step_size=steps).diagnose().get("step_size_spread")
+    assert p.value == pytest.approx(50) and p.value > STEP_SIZE_SPREAD_MAX
+    assert p.chains[0] == 2 and "chain 3: 0.01" in p.message
+    steps[2] = 0.1  # a factor of 5: fine
+    assert synthetic(step_size=steps).diagnose().ok
+
+
+def test_max_treedepth_uses_the_runs_limit():
+    depth = np.full((4, 500), 4, dtype=np.int64)
+    depth[0, :50] = 10
+    d = synthetic(treedepth=depth).diagnose()  # CmdStan's default limit, 10
+    (p,) = d.get("max_steps")
+    assert p.value == pytest.approx(50 / 2000) and p.threshold == 10 and p.chains == (0,)
+    assert "maximum tree depth" in p.message and d.converged
+    raised = synthetic(treedepth=depth, metadata={"cmdstan_args": {"max_treedepth": 12}})
+    assert raised.diagnose().ok
+
+
+def test_max_num_steps_of_our_samplers():
+    steps = np.full((4, 500), 20.0)
+    steps[3, ::10] = 1000  # AHMC's default max_num_steps
+    fit = synthetic(sampler="ahmc", num_steps_max=steps, num_steps=steps / 2)
+    (p,) = fit.diagnose().get("max_steps")
+    assert p.chains == (3,) and p.threshold == 1000 and "max_num_steps" in p.message
+    # the cap given as an option, and a sampler with no cap: nothing to report
+    assert synthetic(sampler="ahmc", num_steps_max=steps,
+                     metadata={"options": {"max_num_steps": 5000}}).diagnose().ok
+    assert synthetic(sampler="hmc", num_steps_max=steps).diagnose().ok
+
+
+def test_constant_column_does_not_make_rhat_nan():
+    # cholesky_factor_corr[2]: L.1.1 == 1 and L.1.2 == 0 in every draw
+    fit = synthetic(names=["L.1.1", "L.2.1", "L.1.2", "L.2.2", "y"])
+    fit.draws[:, :, 0] = 1.0
+    fit.draws[:, :, 2] = 0.0
+    assert math.isnan(fit.summary().loc["L.1.1", "r_hat"])  # ArviZ's own answer
+    assert fit.diagnose().ok
+    assert math.isfinite(fit.efficiency()["max_rhat"])
+
+
+def test_rhat_and_ess_problems_name_the_worst_columns():
+    fit = synthetic(names=["a", "b", "c"])
+    fit.draws[:, :, 0] += np.array([0.0, 0.0, 0.0, 3.0])[:, None]  # chain 4 elsewhere
+    fit.draws[:, :, 1] = np.cumsum(fit.draws[:, :, 1], axis=1)  # a random walk
+    d = fit.diagnose()
+    rhat = d.get("rhat")[0]
+    assert rhat.columns[0] in ("a", "b") and "c" not in rhat.columns
+    assert rhat.value > RHAT_MAX and rhat.convergence
+    ess = d.get("ess_bulk")[0]
+    assert ess.columns[0] == "b" and ess.value < ESS_PER_CHAIN_MIN * 4
+    assert ess.threshold == 400 and "b" in ess.message
+    assert "R-hat" in d.summary() and "min ESS bulk" in d.summary()
+    as_dict = d.to_dict()
+    assert not as_dict["ok"] and not as_dict["converged"]
+    assert {p["kind"] for p in as_dict["problems"]} >= {"rhat", "ess_bulk"}
+    json.dumps(as_dict)  # structured and serialisable
+
+
+def test_divergences_rule():
+    div = np.zeros((4, 500), dtype=np.int64)
+    div[1, :10] = 1  # 0.5%: reported, still converged
+    d = synthetic(divergent=div).diagnose()
+    (p,) = d.get("divergences")
+    assert p.value == pytest.approx(10 / 2000) and p.chains == (1,) and not p.convergence
+    assert d.converged and "10 of 2000" in p.message
+    div[2, :30] = 1  # 2%: not converged
+    assert not synthetic(divergent=div).diagnose().converged
+
+
+def test_incomplete_fit_is_reported():
+    d = synthetic(incomplete=True).diagnose()
+    assert d.kinds() == ("incomplete",) and d.converged
+
+
+def test_warning_once_per_fit():
+    fit = synthetic(incomplete=True)
+    with pytest.warns(ConvergenceWarning, match="interrupted"):
+        warn_if_problems(fit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warn_if_problems(fit)  # already warned about this fit
+        warn_if_problems(synthetic())  # no problem, no warning
+
+
+def test_problem_is_frozen():
+    p = Problem("rhat", "m", ("a",), (), 2.0, RHAT_MAX, True)
+    with pytest.raises(Exception):
+        p.value = 1.0
+
+
+def test_compare_ranks_unconverged_fits_last_and_marks_them():
+    good = synthetic(seed=1, sampler="nuts")
+    slow = synthetic(seed=2, sampler="rwm", n_grad=np.full((4, 500), 50, dtype=np.int64))
+    div = np.zeros((4, 500), dtype=np.int64)
+    div[0, :40] = 1  # 2% divergent: not converged, though its draws look iid
+    bad = synthetic(seed=3, sampler="ahmc", n_grad=np.ones((4, 500), dtype=np.int64),
+                    divergent=div)
+    assert bad.efficiency()["min_ess_per_grad"] > good.efficiency()["min_ess_per_grad"]
+    df = compare({"nuts": good, "slow": slow, "ahmc": bad})
+    assert list(df.index) == ["nuts", "slow", "ahmc"]
+    assert list(df["converged"]) == [True, True, False]
+    assert df.loc["ahmc", "problems"] == "2% divergent"
+    assert df.loc["nuts", "problems"] == ""
+    assert df.loc["ahmc", "min_ess_per_grad / NUTS"] > 1  # the ratio stays
+    text = to_markdown(df, columns=["min_ess_per_grad", "min_ess_per_grad / NUTS"])
+    lines = text.splitlines()
+    assert lines[4].startswith("| ahmc *") and "*" not in lines[2] + lines[3]
+    assert "not converged" in lines[-1] and "ahmc (2% divergent)" in lines[-1]
+    plain = to_markdown(compare({"nuts": good, "slow": slow}))
+    assert "not converged" not in plain and " *" not in plain
+
+
+# ---- real models ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def eight_schools():
+    return StanModel(stan_model_path("eight_schools_centered"), EIGHT_SCHOOLS)
+
+
+@pytest.fixture(scope="module")
+def improper():
+    return StanModel(stan_model_path("improper_flat"))
+
+
+@pytest.fixture(scope="module")
+def std_normal():
+    return StanModel(stan_model_path("std_normal"), {"D": 2})
+
+
+def convergence_warnings(record):
+    return [w for w in record if issubclass(w.category, ConvergenceWarning)]
+
+
+@pytest.mark.cmdstan
+def test_nuts_warns_about_eight_schools_divergences(eight_schools):
+    from ahmc_stan import run_nuts
+
+    with pytest.warns(ConvergenceWarning) as record:
+        fit = run_nuts(eight_schools, chains=4, warmup=150, draws=150, seed=2)
+    (w,) = convergence_warnings(record)  # one warning for the fit
+    assert "divergence" in str(w.message) and w.filename == __file__
+    d = fit.diagnose()
+    assert "divergences" in d.kinds() and not d.converged
+    assert str(d) in str(w.message)
+
+
+def test_ahmc_finds_problems_on_eight_schools(eight_schools):
+    from ahmc_stan import tune_and_sample
+
+    with pytest.warns(ConvergenceWarning) as record:
+        fit = tune_and_sample(eight_schools, "ahmc", chains=4, warmup=150, draws=150,
+                              seed=2, progress=False, parallel=False)
+    assert len(convergence_warnings(record)) == 1
+    assert not fit.diagnose().converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        tune_and_sample(eight_schools, "ahmc", chains=2, warmup=100, draws=100, seed=2,
+                        progress=False, parallel=False, diagnose=False)
+
+
+@pytest.mark.cmdstan
+def test_nuts_on_improper_posterior(improper):
+    from ahmc_stan import run_nuts
+
+    with pytest.warns(ConvergenceWarning, match="R-hat"):
+        fit = run_nuts(improper, chains=4, warmup=100, draws=100, seed=3, max_treedepth=5)
+    d = fit.diagnose()
+    flagged = {c for p in d.get("rhat") + d.get("ess_bulk") for c in p.columns}
+    assert "a" in flagged
+    (steps,) = d.get("max_steps")  # the run's own max_treedepth, not CmdStan's default
+    assert steps.threshold == 5 and steps.value > 0.5
+
+
+def test_ahmc_on_improper_posterior(improper):
+    from ahmc_stan import tune_and_sample
+
+    with pytest.warns(ConvergenceWarning):
+        fit = tune_and_sample(improper, "ahmc", chains=4, warmup=150, draws=150, seed=3,
+                              progress=False, parallel=False)
+    d = fit.diagnose()
+    assert not d.converged
+    assert d.get("rhat")[0].columns[0] == "a" and d.get("ess_bulk")[0].columns[0] == "a"
+
+
+@pytest.mark.cmdstan
+def test_well_posed_model_has_no_problem(std_normal):
+    from ahmc_stan import run_nuts, tune_and_sample
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        nuts = run_nuts(std_normal, chains=4, warmup=200, draws=300, seed=4)
+        ahmc = tune_and_sample(std_normal, "ahmc", chains=4, warmup=300, draws=300, seed=4,
+                               progress=False, parallel=False)
+    assert nuts.diagnose().ok, str(nuts.diagnose())
+    assert ahmc.diagnose().ok, str(ahmc.diagnose())
+    df = compare({"nuts": nuts, "ahmc": ahmc})
+    assert df["converged"].all()
+
+
+def test_cli_sample_prints_the_diagnosis(eight_schools, tmp_path, capsys):
+    from ahmc_stan.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # printed, not warned
+        status = main(["sample", str(stan_model_path("eight_schools_centered")),
+                       "--data", str(_write(tmp_path, EIGHT_SCHOOLS)), "--chains", "2",
+                       "--warmup", "100", "--draws", "100", "--seed", "1",
+                       "--no-progress"])
+    assert status == 0
+    err = capsys.readouterr().err
+    assert "Diagnosis of ahmc" in err and "R-hat" in err
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "es.json"
+    path.write_text(json.dumps(data))
+    return path
