@@ -165,23 +165,41 @@ def _run(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
         raise CompileError(what, log, tail)
 
 
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _read_complete(directory: Path) -> dict | None:
-    """The completion record of a cache entry, or None if the entry is partial or corrupt."""
+    """The completion record of a cache entry, or None if the entry is partial or corrupt
+    (a file missing, or its size or SHA-256 not the recorded one)."""
     try:
         record = json.loads((directory / _COMPLETE).read_text())
-        for name, size in record["files"].items():
-            if (directory / name).stat().st_size != size:
+        for name, expected in record["files"].items():
+            path = directory / name
+            if path.stat().st_size != expected["size"] or _file_digest(path) != expected["sha256"]:
                 return None
         return record
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def invalidate(library: Path) -> None:
+    """Drop the cache entry of a compiled library that failed to load, so that the next
+    :func:`compile_model` rebuilds it."""
+    entry = Path(library).parent
+    with filelock.FileLock(str(entry) + ".lock"):
+        (entry / _COMPLETE).unlink(missing_ok=True)
+
+
 def _build_cached(final: Path, build) -> Path:
     """Return ``final`` if it holds a complete entry; otherwise build it exactly once.
 
     ``build(tmpdir)`` writes the entry's files into a fresh directory and returns the
-    names of the files whose sizes the completion record checks.
+    names of the files whose sizes and checksums the completion record checks.
     """
     if _read_complete(final) is not None:
         return final
@@ -198,7 +216,8 @@ def _build_cached(final: Path, build) -> Path:
                 shutil.copy(err.log_path, kept)
                 raise CompileError(err.what, kept, err.tail) from None
             record = {
-                "files": {n: (tmp / n).stat().st_size for n in names},
+                "files": {n: {"size": (tmp / n).stat().st_size,
+                              "sha256": _file_digest(tmp / n)} for n in names},
                 "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }
             (tmp / _COMPLETE).write_text(json.dumps(record, indent=1))

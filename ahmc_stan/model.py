@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .compiler import compile_model
+from .compiler import compile_model, invalidate
 
 __all__ = ["StanModel", "DensityError", "DensityKernel"]
 
@@ -77,15 +77,21 @@ class StanModel:
         self.stan_file = Path(stan_file).resolve()
         self.data_json = _data_json(data)
         self._init_args = (seed, list(stanc_args), [str(p) for p in include_paths])
-        self.lib_path = compile_model(self.stan_file, stanc_args=stanc_args,
-                                      include_paths=include_paths)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # re-loading one library for other data
-            try:
-                self.bridge = bridgestan.StanModel(str(self.lib_path), self.data_json,
-                                                   seed=seed, warn=False)
-            except RuntimeError as err:
-                raise ValueError(f"data for {self.stan_file.name}: {err}") from None
+        for attempt in range(2):
+            self.lib_path = compile_model(self.stan_file, stanc_args=stanc_args,
+                                          include_paths=include_paths)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # re-loading one library for other data
+                try:
+                    self.bridge = bridgestan.StanModel(str(self.lib_path), self.data_json,
+                                                       seed=seed, warn=False)
+                    break
+                except RuntimeError as err:
+                    raise ValueError(f"data for {self.stan_file.name}: {err}") from None
+                except OSError:  # the cached library does not load: rebuild it once
+                    if attempt:
+                        raise
+                    invalidate(self.lib_path)
         self.name = self.bridge.name()
         self.dims = self.bridge.param_unc_num()
         self.kernel = DensityKernel(self)

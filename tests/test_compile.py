@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from ahmc_stan import StanCompileError, StanModel, compile_model
-from ahmc_stan.compiler import _read_complete
+from ahmc_stan.compiler import _file_digest, _read_complete
 
 from .conftest import stan_model_path
 
@@ -98,6 +98,64 @@ def test_corrupt_entry_is_rebuilt(tmp_path):
     rebuilt = compile_model(stan)
     assert _read_complete(rebuilt.parent) is not None
     assert StanModel(stan).log_density([1.0]) == pytest.approx(0.0)
+
+
+def test_entry_corrupted_in_place_is_rebuilt(tmp_path):
+    """A library overwritten without changing its size fails its checksum and is rebuilt;
+    one that fails to load even so (its record rewritten to match) is rebuilt by
+    StanModel.  Loads happen in fresh processes: a process keeps a loaded library's
+    mapping."""
+    import os
+
+    stan = _fresh_model(tmp_path, "flipped")
+    lib = compile_model(stan)
+    data = bytearray(lib.read_bytes())
+    data[:4] = b"JUNK"  # no longer an ELF header; same size
+
+    def corrupt():
+        junk = lib.with_name("junk")
+        junk.write_bytes(bytes(data))
+        os.replace(junk, lib)
+
+    def log_density_in_new_process():
+        out = subprocess.run([sys.executable, "-c", (
+            "import ahmc_stan; "
+            f"print(ahmc_stan.StanModel({str(stan)!r}).log_density([1.0]))")],
+            capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return float(out.stdout.split()[-1])
+
+    corrupt()
+    assert _read_complete(lib.parent) is None
+    assert log_density_in_new_process() == pytest.approx(0.0)
+    assert lib.read_bytes()[:4] == b"\x7fELF"
+    corrupt()  # and make the record agree with it: now only the load can tell
+    record = json.loads((lib.parent / "COMPLETE.json").read_text())
+    record["files"]["model.so"]["sha256"] = _file_digest(lib)
+    (lib.parent / "COMPLETE.json").write_text(json.dumps(record))
+    assert _read_complete(lib.parent) is not None
+    assert log_density_in_new_process() == pytest.approx(0.0)
+    assert lib.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_failed_build_keeps_its_log(tmp_path, monkeypatch):
+    """A C++ failure names a build log that still exists after the build gave up."""
+    from ahmc_stan import compiler
+
+    stan = _fresh_model(tmp_path, "nolink")
+    real_run = compiler._run
+
+    def failing_link(cmd, log, what, cwd=None):
+        if what.startswith("linking"):
+            cmd = [*cmd, "-lno_such_library_here"]
+        return real_run(cmd, log, what, cwd)
+
+    monkeypatch.setattr(compiler, "_run", failing_link)
+    with pytest.raises(compiler.CompileError) as err:
+        compile_model(stan)
+    assert err.value.log_path.is_file()
+    assert "no_such_library_here" in err.value.log_path.read_text()
+    assert str(err.value.log_path) in str(err.value)
 
 
 def test_two_processes_build_one_model_once(tmp_path):
