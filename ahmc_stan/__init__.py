@@ -7,6 +7,7 @@ from .nuts import run_nuts
 from .comparison import compare
 from .convergence import ConvergenceWarning, Diagnosis, diagnose
 from .sampling import tune_and_sample
+from .tuning.stuck import StuckChainError
 
 __version__ = "0.1.0"
 
@@ -14,5 +15,5 @@ __all__ = [
     "StanModel", "DensityKernel", "DensityError", "StanCompileError", "CompileError",
     "compile_model",
     "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample",
-    "diagnose", "Diagnosis", "ConvergenceWarning",
+    "diagnose", "Diagnosis", "ConvergenceWarning", "StuckChainError",
 ]

@@ -11,15 +11,26 @@ further columns are transformed parameters / generated quantities, named in
 ``sampler_stats`` maps a statistic's name to an array ``(chains, draws)`` with one value
 per iteration.  Every sampler records ``accept_stat``, ``step_size``, ``n_grad`` (gradient
 evaluations made in that iteration) and ``divergent``; sampler-specific statistics
-(``treedepth``, ``energy``, ``lp``, ``path_length``, ...) may follow.  ``warmup_draws`` and
+(``treedepth``, ``energy``, ``lp``, ``path_length``, ...) may follow, among them the
+counts of the other kinds of evaluation (:data:`ahmc_stan.costs.COST_STATS`):
+``n_density`` (density only), ``n_hvp`` (Hessian-vector products), ``n_hessian``,
+``n_third`` (third-derivative tensors).  ``warmup_draws`` and
 ``warmup_sampler_stats`` hold the same for the warmup iterations when a sampler keeps them.
 
 Efficiency
 ----------
 ``Fit.efficiency()`` computes ESS with ``arviz.ess`` (methods ``"bulk"`` and ``"tail"``) on
 the ``(chain, draw)`` array of every parameters-block column, identically for every
-sampler, and divides the smallest bulk-ESS by the gradient evaluations and the seconds
+sampler, and divides the smallest bulk-ESS by the *gradient-equivalents* and the seconds
 spent (sampling only, and warmup + sampling).
+
+Gradient-equivalents: ``n_grad_equiv = Σ_kind cost_units[kind] · n_eval[kind]``, the
+evaluations of every kind (``n_eval_warmup`` / ``n_eval_sampling``: ``gradient``,
+``density``, ``hvp``, ``hessian``, ``third``) each weighted by its cost in gradients as
+measured on the model (``cost_units``, :func:`ahmc_stan.costs.cost_units`; a gradient
+is 1).  For NUTS and every gradient-only sampler it is the number of gradients.  A kind
+that was used but has no cost unit makes the equivalents, and the ESS per gradient,
+``nan``.
 """
 
 from __future__ import annotations
@@ -114,6 +125,11 @@ class Fit:
     warmup_draws, warmup_sampler_stats : the same for the warmup iterations (optional).
     n_grad_warmup, n_grad_sampling : total gradient evaluations over all chains; default
         to the sums of the ``n_grad`` statistic (warmup: 0 when warmup stats are absent).
+    n_eval_warmup, n_eval_sampling : kind → total evaluations of the other kinds
+        (``density``, ``hvp``, ``hessian``, ``third``); default to the sums of their
+        statistics (:data:`~ahmc_stan.costs.COST_STATS`), entries given here override.
+    cost_units : kind → cost of one evaluation in gradients (``gradient`` is 1); what
+        converts the evaluations into gradient-equivalents.
     time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown).
     sampler : the sampler's name (``"nuts"`` for CmdStan's NUTS).
     metadata : JSON-serialisable dict (numpy arrays and scalars are allowed too).
@@ -125,6 +141,9 @@ class Fit:
                  warmup_draws: np.ndarray | None = None,
                  warmup_sampler_stats: Mapping[str, Any] | None = None,
                  n_grad_warmup: int | None = None, n_grad_sampling: int | None = None,
+                 n_eval_warmup: Mapping[str, int] | None = None,
+                 n_eval_sampling: Mapping[str, int] | None = None,
+                 cost_units: Mapping[str, float] | None = None,
                  time_warmup: float = math.nan, time_sampling: float = math.nan,
                  sampler: str = "", metadata: Mapping[str, Any] | None = None,
                  incomplete: bool = False):
@@ -169,6 +188,12 @@ class Fit:
             n_grad_warmup = int(np.sum(ws["n_grad"])) if "n_grad" in ws else 0
         self.n_grad_warmup = int(n_grad_warmup)
         self.n_grad_sampling = int(n_grad_sampling)
+        self.n_eval_sampling = _evaluations(self.sampler_stats, self.n_grad_sampling,
+                                            n_eval_sampling)
+        self.n_eval_warmup = _evaluations(self.warmup_sampler_stats or {},
+                                          self.n_grad_warmup, n_eval_warmup)
+        self.cost_units = {"gradient": 1.0, **{str(k): float(v) for k, v in
+                                               (cost_units or {}).items()}}
         self.time_warmup = float(time_warmup)
         self.time_sampling = float(time_sampling)
         self.sampler = str(sampler)
@@ -201,6 +226,27 @@ class Fit:
         flag = ", incomplete" if self.incomplete else ""
         return (f"Fit(sampler={self.sampler!r}, chains={self.chains}, draws={self.n_draws}, "
                 f"columns={len(self.param_names)}, n_params={self.n_params}{flag})")
+
+    def _equivalents(self, counts: Mapping[str, int]) -> float:
+        total = 0.0
+        for kind, n in counts.items():
+            if n:
+                total += self.cost_units.get(kind, math.nan) * n
+        return total
+
+    def _gradients_only(self) -> bool:
+        return not any(n for k, n in {**self.n_eval_warmup, **self.n_eval_sampling}.items()
+                       if k != "gradient")
+
+    @property
+    def n_grad_equiv_warmup(self) -> float:
+        """Warmup evaluations of every kind in gradients (module docstring)."""
+        return self._equivalents(self.n_eval_warmup)
+
+    @property
+    def n_grad_equiv_sampling(self) -> float:
+        """Sampling evaluations of every kind in gradients (module docstring)."""
+        return self._equivalents(self.n_eval_sampling)
 
     def column(self, name: str) -> np.ndarray:
         """The ``(chains, draws)`` draws of one column, by name (``M.1.2``)."""
@@ -247,8 +293,11 @@ class Fit:
     def efficiency(self) -> dict[str, float]:
         """ESS over the parameters-block columns and its cost in gradients and seconds.
 
-        ``min_ess_per_grad`` = min bulk-ESS / sampling gradients, ``..._total`` divides by
-        warmup + sampling gradients; ``min_ess_per_s`` uses ``time_sampling``,
+        ``min_ess_per_grad`` = min bulk-ESS / sampling gradient-equivalents
+        (``n_grad_equiv_sampling``: evaluations of every kind weighted by their
+        ``cost_units``, see the module docstring), ``..._total`` divides by warmup +
+        sampling gradient-equivalents; ``n_grad_warmup`` / ``n_grad_sampling`` count the
+        gradients alone; ``min_ess_per_s`` uses ``time_sampling``,
         ``..._total`` warmup + sampling time.  Zero gradients or an unknown time make the
         corresponding ratio ``nan``.  (ArviZ gives a column whose draws are all equal an
         ESS of the number of draws; its R-hat, and so ``max_rhat``, is then ``nan``.)
@@ -264,7 +313,8 @@ class Fit:
             return a / b if b and b > 0 and np.isfinite(b) else math.nan
 
         min_bulk = stat(np.min, bulk)
-        grads_total = self.n_grad_warmup + self.n_grad_sampling
+        equiv_warmup, equiv_sampling = self.n_grad_equiv_warmup, self.n_grad_equiv_sampling
+        grads_total = equiv_warmup + equiv_sampling
         time_total = self.time_warmup + self.time_sampling
         st = self.sampler_stats
         return {
@@ -274,7 +324,9 @@ class Fit:
             "min_ess_tail": stat(np.min, tail),
             "n_grad_warmup": self.n_grad_warmup,
             "n_grad_sampling": self.n_grad_sampling,
-            "min_ess_per_grad": ratio(min_bulk, self.n_grad_sampling),
+            "n_grad_equiv_warmup": equiv_warmup,
+            "n_grad_equiv_sampling": equiv_sampling,
+            "min_ess_per_grad": ratio(min_bulk, equiv_sampling),
             "min_ess_per_grad_total": ratio(min_bulk, grads_total),
             "min_ess_per_s": ratio(min_bulk, self.time_sampling),
             "min_ess_per_s_total": ratio(min_bulk, time_total),
@@ -293,8 +345,11 @@ class Fit:
         e = self.efficiency()
         return (f"{self.sampler or 'sampler'}: min ESS bulk {e['min_ess_bulk']:.0f} "
                 f"(median {e['median_ess_bulk']:.0f}), tail {e['min_ess_tail']:.0f}; "
-                f"{e['n_grad_sampling']} grads sampling + {e['n_grad_warmup']} warmup; "
-                f"min ESS/grad {e['min_ess_per_grad']:.4g} "
+                + (f"{e['n_grad_sampling']} grads sampling + {e['n_grad_warmup']} warmup; "
+                   if self._gradients_only() else
+                   f"{e['n_grad_equiv_sampling']:.0f} gradient-equivalents sampling + "
+                   f"{e['n_grad_equiv_warmup']:.0f} warmup; ")
+                + f"min ESS/grad {e['min_ess_per_grad']:.4g} "
                 f"(incl. warmup {e['min_ess_per_grad_total']:.4g}); "
                 f"min ESS/s {e['min_ess_per_s']:.4g} "
                 f"(incl. warmup {e['min_ess_per_s_total']:.4g}); "
@@ -360,6 +415,8 @@ class Fit:
             "warmup_stat_names": (None if self.warmup_sampler_stats is None
                                   else list(self.warmup_sampler_stats)),
             "n_grad_warmup": self.n_grad_warmup, "n_grad_sampling": self.n_grad_sampling,
+            "n_eval_warmup": self.n_eval_warmup, "n_eval_sampling": self.n_eval_sampling,
+            "cost_units": self.cost_units,
             "time_warmup": self.time_warmup, "time_sampling": self.time_sampling,
             "sampler": self.sampler, "incomplete": self.incomplete,
             "metadata": _to_json(self.metadata),
@@ -388,13 +445,30 @@ def load_fit(path: str | os.PathLike) -> Fit:
             z["draws"], header["param_names"], stats, n_params=header["n_params"],
             warmup_draws=z["warmup_draws"] if "warmup_draws" in z.files else None,
             warmup_sampler_stats=wstats, n_grad_warmup=header["n_grad_warmup"],
-            n_grad_sampling=header["n_grad_sampling"], time_warmup=header["time_warmup"],
+            n_grad_sampling=header["n_grad_sampling"],
+            n_eval_warmup=header.get("n_eval_warmup"),
+            n_eval_sampling=header.get("n_eval_sampling"),
+            cost_units=header.get("cost_units"), time_warmup=header["time_warmup"],
             time_sampling=header["time_sampling"], sampler=header["sampler"],
             metadata=_from_json(header["metadata"]), incomplete=header["incomplete"],
         )
 
 
 # ---- helpers ---------------------------------------------------------------------------
+
+def _evaluations(stats: Mapping[str, np.ndarray], n_grad: int,
+                 given: Mapping[str, int] | None) -> dict[str, int]:
+    """Kind → total evaluations: gradients, the sums of the other count statistics, then
+    ``given``."""
+    from .costs import COST_STATS
+
+    out = {"gradient": int(n_grad)}
+    for stat, kind in COST_STATS.items():
+        if kind != "gradient" and stat in stats:
+            out[kind] = int(np.sum(stats[stat]))
+    out.update({str(k): int(v) for k, v in (given or {}).items() if k != "gradient"})
+    return out
+
 
 def _to_json(obj: Any) -> Any:
     """A JSON-compatible copy; numpy arrays become tagged dicts that :func:`_from_json`

@@ -67,9 +67,17 @@ move would then have no reverse.  So a proposal the Metropolis test would accept
 integrated back from ``(x', −p')`` and accepted only if that returns to ``(x, p)`` (within
 ``reversibility_tol``, 1e−6 relative; Zappa, Holmes-Cerfon & Goodman 2018): the moves that
 can be accepted then come in reverse pairs and detailed balance holds exactly.  The check
-costs a second trajectory per accepted proposal (counted in ``num_grad``; turn it off with
-``check_reversibility=False``, as Girolami & Calderhead and Stan's prototype do, at the
-price of that exactness).
+costs a second trajectory per accepted proposal (counted in ``num_leapfrog`` and in the
+Hessians and tensors it evaluates; turn it off with ``check_reversibility=False``, as
+Girolami & Calderhead and Stan's prototype do, at the price of that exactness).
+
+**Cost.**  A generalised leapfrog step evaluates no plain gradient: the momentum solve
+reuses the tensor of its start point, each iteration of the position solve evaluates one
+Hessian (with its gradient) at the trial point, and the new point's geometry one Hessian
+and one third-derivative tensor — ``k + 1`` Hessians and 1 tensor for a position solve of
+``k`` iterations.  Each is counted where it is made (``num_hessian``, ``num_third``;
+``num_grad`` is 0), and the Fit converts them into gradient-equivalents with their costs
+measured on the model (:mod:`ahmc_stan.costs`).
 
 **Constant metric** (:func:`constant_softabs_metric`): for high dimensions the SoftAbs of the
 Hessian at the mode (found with L-BFGS) is used as a fixed dense metric of plain HMC.
@@ -92,7 +100,7 @@ __all__ = ["DEFAULT_SOFTNESS", "softabs_eigenvalues", "softabs_divided_differenc
 DEFAULT_SOFTNESS = 1.0
 
 #: Per-iteration statistics of RMHMC beyond HMC's (``RMHMCInfo.extra_stats``).
-RIEMANN_STATS = ("n_hessian", "n_third", "fixed_point_failures")
+RIEMANN_STATS = ("n_hessian", "n_third", "n_leapfrog", "fixed_point_failures")
 
 
 # ---- the SoftAbs map -----------------------------------------------------------------------
@@ -192,18 +200,22 @@ class RMHMCState:
 
 @dataclass(frozen=True)
 class RMHMCInfo(HMCInfo):
-    """:class:`~ahmc_stan.hmc.HMCInfo` plus, per iteration, autodiff Hessians evaluated
-    (outside third derivatives), third-derivative tensors evaluated (each dims(dims+1)/2
-    third-order autodiff sweeps, or their finite-difference fallback) and whether a proposal failed a fixed-point solve or
-    the reversibility check."""
+    """:class:`~ahmc_stan.hmc.HMCInfo` plus, per iteration, Hessians evaluated (outside
+    third derivatives), third-derivative tensors evaluated (each dims(dims+1)/2
+    third-order autodiff sweeps, or their finite-difference fallback), generalised
+    leapfrog steps taken (those of the reversibility check included) and whether a
+    proposal failed a fixed-point solve or the reversibility check.  ``num_grad`` is 0:
+    RMHMC evaluates gradients only as part of Hessians."""
 
     num_hessian: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     num_third: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     fixed_point_failures: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    num_leapfrog: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
 
     @property
     def extra_stats(self) -> dict[str, np.ndarray]:
         return {"n_hessian": self.num_hessian, "n_third": self.num_third,
+                "n_leapfrog": self.num_leapfrog,
                 "fixed_point_failures": self.fixed_point_failures}
 
 
@@ -212,9 +224,11 @@ class RMHMCKernel:
     :class:`~ahmc_stan.hmc.HMCKernel`: ``init(position)``, ``step(rng, state, params)``,
     ``run(rng, state, params, n_iter)`` with :class:`~ahmc_stan.hmc.HMCParameters`
     (``inv_metric`` must be None: the metric is G(x); ``jitter`` draws
-    ``L_r ~ Uniform{1..L}`` as AHMC does).  ``num_grad`` counts leapfrog steps, those of
-    the reversibility check included; ``fixed_point_failures`` counts proposals rejected
-    because a solve did not converge or the check failed (acceptance statistic 0)."""
+    ``L_r ~ Uniform{1..L}`` as AHMC does).  ``num_hessian`` and ``num_third`` count the
+    evaluations made (module docstring, "Cost"; ``num_grad`` is 0), ``num_leapfrog`` the
+    steps, those of the reversibility check included; ``fixed_point_failures`` counts
+    proposals rejected because a solve did not converge or the check failed (acceptance
+    statistic 0)."""
 
     max_energy_error = 1000.0
 
@@ -236,7 +250,8 @@ class RMHMCKernel:
         self._grad = np.empty(n)
         self._hess = np.empty((n, n))
         self._third = np.empty((n, n, n))
-        #: All work done so far, recorded or not (initialisation, step-size probes).
+        #: All work done so far, recorded or not (initialisation, step-size probes); the
+        #: kernel makes no plain gradient evaluation, so ``n_grad`` stays 0.
         self.totals = {"n_grad": 0, "n_hessian": 0, "n_third": 0}
 
     # -- geometry
@@ -362,7 +377,7 @@ class RMHMCKernel:
         eps = params.step_size
         cols = {k: np.zeros(n_iter) for k in ("acc", "energy", "lp")}
         ints = {k: np.zeros(n_iter, int) for k in
-                ("accepted", "divergent", "L", "grad", "hess", "third", "fail")}
+                ("accepted", "divergent", "L", "grad", "hess", "third", "fail", "leap")}
         positions = np.empty((n_iter, len(state.position)))
         for i in range(n_iter):
             p = self.draw_momentum(rng, state)
@@ -388,8 +403,7 @@ class RMHMCKernel:
                 cols["acc"][i] = min(1.0, math.exp(-delta))
             if accepted:
                 state = new
-            ints["L"][i], ints["grad"][i] = n_steps, taken
-            self.totals["n_grad"] += taken
+            ints["L"][i], ints["leap"][i] = n_steps, taken
             ints["hess"][i] = self.totals["n_hessian"] - before["n_hessian"]
             ints["third"][i] = self.totals["n_third"] - before["n_third"]
             cols["energy"][i] = h0 + delta if accepted else h0
@@ -397,7 +411,8 @@ class RMHMCKernel:
             positions[i] = state.position
         info = RMHMCInfo(positions, cols["acc"], ints["accepted"].astype(bool),
                          ints["divergent"].astype(bool), ints["L"], ints["grad"],
-                         cols["energy"], cols["lp"], ints["hess"], ints["third"], ints["fail"])
+                         cols["energy"], cols["lp"], ints["hess"], ints["third"], ints["fail"],
+                         ints["leap"])
         return state, info
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult
+from .tuning.stuck import StuckChainError
 
 __all__ = ["tune_and_sample", "SAMPLERS", "register_sampler"]
 
@@ -92,8 +93,33 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
         with threadpool_limits(limits=1, user_api="blas"):
             return run_chain(model, rng, x0, warmup, draws, lambda n: bar.update(n - bar.n),
                              **options)
+    except StuckChainError as err:  # name the chain (1-based, as the progress bars)
+        raise err.for_chain(chain + 1) from None
     finally:
         bar.close()
+
+
+def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> dict:
+    """Cost in gradients of each kind of evaluation the chains made
+    (:func:`ahmc_stan.costs.cost_units`, measured once per model at a draw of the first
+    chain); a failed measurement leaves the kind out (its equivalents are then nan)."""
+    from .costs import COST_STATS, cost_units
+
+    kinds = sorted({kind for block in stats for stat, kind in COST_STATS.items()
+                    if kind != "gradient" and stat in block and np.any(block[stat])})
+    if not kinds:
+        return {}
+    third = next((r.extras.get("third_derivatives") for r in results
+                  if r.extras.get("third_derivatives")), "auto")
+    x = next((r.positions[-1] for r in results if len(r.positions)), None)
+    try:
+        return cost_units(model, kinds, third_method=third, x=x)
+    except Exception as err:  # noqa: BLE001 — the draws stay usable without the units
+        import warnings
+
+        warnings.warn(f"could not measure the cost of {', '.join(kinds)} on "
+                      f"{model.name}: {err}; ESS per gradient will be nan", RuntimeWarning)
+        return {}
 
 
 def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: int,
@@ -114,11 +140,13 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
                           for k in results[0].stats}
     incomplete = interrupted or any(r.interrupted for r in results) or n_samp < draws
+    warm_stats, samp_stats = stats(warm_rows), stats(samp_rows)
     return Fit(
-        stack(samp_rows).reshape(len(results), n_samp, len(names)), names, stats(samp_rows),
+        stack(samp_rows).reshape(len(results), n_samp, len(names)), names, samp_stats,
         n_params=len(model.param_names()),
         warmup_draws=stack(warm_rows).reshape(len(results), n_warm, len(names)),
-        warmup_sampler_stats=stats(warm_rows),
+        warmup_sampler_stats=warm_stats,
+        cost_units=_cost_units(model, results, warm_stats, samp_stats),
         time_warmup=sum(r.time_warmup for r in results),
         time_sampling=sum(r.time_sampling for r in results),
         sampler=sampler, incomplete=incomplete,
@@ -142,6 +170,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
     :class:`~ahmc_stan.convergence.ConvergenceWarning` with its report if it finds
     problems (R-hat, ESS, divergences, stuck chains, E-BFMI, ...).
+
+    A chain whose warmup gets stuck more than ``max_restarts`` times (an option of the
+    AHMC family and of ``hmc``, :mod:`ahmc_stan.tuning.stuck`) raises
+    :class:`~ahmc_stan.tuning.stuck.StuckChainError` naming the chain (``"chain 3: ..."``).
     """
     if sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")

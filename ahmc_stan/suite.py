@@ -267,15 +267,20 @@ def _ess_columns(model: StanModel, prefixes: Sequence[str]) -> tuple[int, ...]:
 def _measured(fit: Fit, columns: Sequence[int], chains: slice = slice(None)) -> Fit:
     """The fit restricted to some chains and to the measured columns (as its parameters),
     so that :meth:`Fit.efficiency` measures exactly those."""
+    from .fit import _evaluations
+
     cols = list(columns)
     stats = {k: v[chains] for k, v in fit.sampler_stats.items()}
     warm = fit.warmup_sampler_stats or {}
     whole = chains == slice(None)
     n_warm = fit.n_grad_warmup if whole or "n_grad" not in warm else \
         int(np.sum(warm["n_grad"][chains]))
+    evals_warm = fit.n_eval_warmup if whole else \
+        _evaluations({k: v[chains] for k, v in warm.items()}, n_warm, None)
     return Fit(fit.draws[chains][:, :, cols], [fit.param_names[c] for c in cols], stats,
                n_grad_warmup=n_warm,
                n_grad_sampling=int(np.sum(stats["n_grad"])),
+               n_eval_warmup=evals_warm, cost_units=fit.cost_units,
                time_warmup=fit.time_warmup if whole else math.nan,
                time_sampling=fit.time_sampling if whole else math.nan,
                sampler=fit.sampler)
@@ -339,14 +344,14 @@ def run_job(job: Job) -> dict:
         measured = _measured(fit, job.ess_columns)
         eff = measured.efficiency()
         row.update(eff)
-        grads = eff["n_grad_sampling"]
+        grads = eff["n_grad_equiv_sampling"]
         for stat in ("median", "max"):
             row[f"{stat}_ess_per_grad"] = eff[f"{stat}_ess_bulk"] / grads if grads else math.nan
         row["incomplete"] = fit.incomplete
         for c in range(fit.chains):
             with _quiet_arviz():  # one chain: ArviZ warns that R-hat needs two
                 e = _measured(fit, job.ess_columns, slice(c, c + 1)).efficiency()
-            g = e["n_grad_sampling"]
+            g = e["n_grad_equiv_sampling"]
             out["chains"].append({
                 "experiment": job.experiment, "sampler": job.spec.label,
                 "repeat": job.repeat, "chain": c,

@@ -6,8 +6,9 @@ regressions of seed 000 §5.1 that ship in a package (Pima, Ripley), from one ru
 ARMHMC and AHMC run with their defaults (derived boxes); RMHMC runs with fixed L at each
 ``--rmhmc EPSxL`` setting (default: Girolami & Calderhead's logistic-regression setting
 0.5x6, and 0.2x6, a smaller step that converges from dispersed starts).  Every chain starts from Stan's dispersed initial point.
-Prints, per data set, the ``compare`` table with the Riemannian samplers' work: leapfrog
-steps (``n_grad``), autodiff Hessians and third-derivative tensors, and fixed-point
+Prints, per data set, the ``compare`` table (ESS per gradient-equivalent, see
+:mod:`ahmc_stan.costs`) with the samplers' work: generalised leapfrog steps
+(``n_leapfrog``), gradients, Hessians and third-derivative tensors, and fixed-point
 failures, over warmup + sampling.
 """
 
@@ -25,7 +26,7 @@ from ahmc_stan.comparison import to_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ["min_ess_bulk", "median_ess_bulk", "max_ess_bulk", "min_ess_per_grad",
-           "min_ess_per_s", "min_ess_per_s / NUTS", "leapfrog steps", "Hessians",
+           "min_ess_per_s", "min_ess_per_s / NUTS", "leapfrog steps", "gradients", "Hessians",
            "third-derivative tensors", "fixed-point failures", "accept_rate", "max_rhat",
            "time_warmup", "time_sampling"]
 DATA = {"Pima": datasets.pima_data, "Ripley": datasets.ripley_data}
@@ -63,7 +64,8 @@ def main(argv=None) -> None:
         fits["ahmc"] = ahmc_stan.tune_and_sample(model, progress=False, **run)
         fits["nuts"] = ahmc_stan.run_nuts(model, **run)
         table = ahmc_stan.compare(fits)
-        for column, stat in [("leapfrog steps", "n_grad"), ("Hessians", "n_hessian"),
+        for column, stat in [("leapfrog steps", "n_leapfrog"), ("gradients", "n_grad"),
+                             ("Hessians", "n_hessian"),
                              ("third-derivative tensors", "n_third"),
                              ("fixed-point failures", "fixed_point_failures")]:
             table[column] = [_work(fits[key], stat) for key in table.index]

@@ -282,3 +282,33 @@ def test_tune_and_sample_bandit_cv_is_reproducible(robot):
     assert len(chain["cv_errors"]) == len(chain["tuning_history"]) == len(starts)
     assert chain["tuning_history"][0]["reward"] == 0.0  # the first error is the reference
     assert all(np.isfinite(chain["cv_errors"]))
+
+
+def test_bandit_cv_counts_the_gradients_of_every_copy(robot, monkeypatch):
+    """With the cross-validation reward the chain's cost is every copy's gradients (the
+    model's own chain and the fold copies, which used to be left out): each recorded
+    block's gradients, summed over all copies, are the Fit's ``n_grad``."""
+    import ahmc_stan.samplers.ahmc as ahmc_module
+    import ahmc_stan.samplers.bandit as bandit_module
+
+    model, _ = robot
+    made = []
+    record = ahmc_module._record
+
+    def spy(rec, info, params, phase, **extra):
+        made.append(int(np.sum(info.num_grad)))
+        record(rec, info, params, phase, **extra)
+
+    monkeypatch.setattr(ahmc_module, "_record", spy)
+    monkeypatch.setattr(bandit_module, "_record", spy)
+    fit = tune_and_sample(model, "bandit", chains=1, warmup=40, draws=20, seed=5,
+                          progress=False, parallel=False, diagnose=False, reward="cv",
+                          folds=2, case_vars=["x", "y"], prediction="y_pred",
+                          target="y_test", budget=100, box=((0.005, 0.05), (2, 20)),
+                          scale_fraction=0.5)
+    assert fit.metadata["chains"][0]["copies"] == 3 and not fit.incomplete
+    assert fit.n_grad_warmup + fit.n_grad_sampling == sum(made)
+    own = (fit.warmup_sampler_stats["n_grad_own"].sum()
+           + fit.sampler_stats["n_grad_own"].sum())
+    assert own < sum(made)  # the model's own chain is not the whole cost
+    assert fit.efficiency()["n_grad_equiv_sampling"] == fit.n_grad_sampling

@@ -179,11 +179,19 @@ def test_gradient_accounting_and_stats(fits2d):
     assert (rwm.sampler_stats["n_density"] == 1).all()
     assert (fast.warmup_sampler_stats["n_grad"] == 1).all()
     assert (fast.sampler_stats["n_grad"] == 1).all()
-    # gadmala_exact: one Hessian-vector product (counted as 2 gradients) when h < 0
+    # gadmala_exact: one Hessian-vector product when h < 0, counted in n_hvp (it was
+    # counted as 2 gradients in n_grad) and converted with its measured cost
     warm = exact.warmup_sampler_stats
-    assert set(np.unique(warm["n_grad"])) == {1, 3}
-    assert ((warm["n_grad"] == 3) == (warm["accept_stat"] < 1)).all()
+    assert (warm["n_grad"] == 1).all()
+    assert set(np.unique(warm["n_hvp"])) == {0, 1}
+    assert ((warm["n_hvp"] == 1) == (warm["accept_stat"] < 1)).all()
     assert (exact.sampler_stats["n_grad"] == 1).all()
+    assert not exact.sampler_stats["n_hvp"].any()
+    assert exact.cost_units["hvp"] > 0
+    assert exact.n_grad_equiv_warmup == pytest.approx(
+        warm["n_grad"].sum() + exact.cost_units["hvp"] * warm["n_hvp"].sum())
+    assert fast.cost_units == {"gradient": 1.0}          # gradients only: nothing measured
+    assert "density" in rwm.cost_units                   # density-only evaluations
     # β is adapted during warmup only
     assert (np.diff(rwm.sampler_stats["beta"], axis=1) == 0).all()
 

@@ -240,8 +240,13 @@ def test_svhmc_counts_hessian_vector_products(gaussians):
                           progress=False)
     st = fit.sampler_stats
     # per trajectory: L steps of 2 gradients + 1 product, and a product at either end
+    # (n_grad counts gradients only; it used to add the products)
     np.testing.assert_array_equal(st["n_hvp"], st["num_steps"] + 2)
-    np.testing.assert_array_equal(st["n_grad"], 3 * st["num_steps"] + 2)
+    np.testing.assert_array_equal(st["n_grad"], 2 * st["num_steps"])
+    units = fit.cost_units
+    assert units["hvp"] > 0
+    assert fit.n_grad_equiv_sampling == pytest.approx(
+        st["n_grad"].sum() + units["hvp"] * st["n_hvp"].sum())
     assert fit.metadata["chains"][0]["reference_g"] > 0
 
 

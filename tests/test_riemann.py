@@ -233,7 +233,8 @@ def test_fixed_point_failure_rejects_and_is_counted(banana):
     new, info = kernel.run(np.random.default_rng(5), state, HMCParameters(0.5, 3), 5)
     assert info.fixed_point_failures.tolist() == [1] * 5
     assert not info.is_accepted.any() and np.all(info.acceptance_rate == 0)
-    assert np.all(info.num_grad == 1)          # the trajectory stops at the failing step
+    assert np.all(info.num_leapfrog == 1)      # the trajectory stops at the failing step
+    assert np.all(info.num_grad == 0)          # gradients come only inside Hessians
     np.testing.assert_array_equal(new.position, state.position)
     # and through the sampler: a huge step size fails often, and it is in the statistics
     fit = tune_and_sample(banana, "rmhmc", chains=1, warmup=5, draws=30, seed=6,
@@ -265,11 +266,19 @@ def test_rmhmc_gaussian_moments(gauss3, mvn_data):
     assert_moments(fit.params, mvn_data["mu"], np.sqrt(np.diag(mvn_data["Sigma"])))
     stats = fit.sampler_stats
     for name in ("accept_stat", "step_size", "n_grad", "n_hessian", "n_third",
-                 "fixed_point_failures", "divergent"):
+                 "n_leapfrog", "fixed_point_failures", "divergent"):
         assert name in stats
     # three steps, six for an accepted proposal (the reversibility check); a tensor per step
-    assert set(np.unique(stats["n_grad"])) <= {3, 6}
-    np.testing.assert_array_equal(stats["n_third"], stats["n_grad"])
+    # and at least two Hessians (a position-solve iteration and the new point); no plain
+    # gradient (was: n_grad counted leapfrog steps)
+    assert set(np.unique(stats["n_leapfrog"])) <= {3, 6}
+    np.testing.assert_array_equal(stats["n_third"], stats["n_leapfrog"])
+    assert np.all(stats["n_hessian"] >= 2 * stats["n_leapfrog"])
+    assert not stats["n_grad"].any()
+    units = fit.cost_units
+    assert units["hessian"] > 0 and units["third"] > 0
+    assert fit.n_grad_equiv_sampling == pytest.approx(
+        units["hessian"] * stats["n_hessian"].sum() + units["third"] * stats["n_third"].sum())
     assert stats["fixed_point_failures"].sum() == 0
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from ..hmc import HMCKernel, HMCParameters
 from ..tuning import Box, Dimension
 from ..tuning.step_size import DualAveraging, initial_step_size
+from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.windows import adaptation_windows, regularized_inv_metric
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
@@ -63,9 +64,11 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
             lp=info.logdensity, phase=phase, **extra)
 
 
-def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
+def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None):
     """Phase 1: dual averaging of ε at a path length of ~1 and Stan's metric windows
-    (none when ``metric`` is an array: a fixed inverse metric)."""
+    (none when ``metric`` is an array: a fixed inverse metric).  With ``restarts`` (a
+    :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
+    :class:`~ahmc_stan.tuning.stuck.WarmupStuck`."""
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
     inv_metric = metric if fixed else None if metric == "identity" else (
@@ -77,6 +80,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
 
     eps = initial_step_size(log_accept) if n_iter else 1.0
     averager = DualAveraging(eps)
+    detector = restarts.detector(dims, eps) if restarts is not None and n_iter else None
     windows = dict(adaptation_windows(n_iter)) if inv_metric is not None and not fixed else {}
     window_start = {end: start for start, end in windows.items()}
     for it in range(n_iter):
@@ -85,12 +89,19 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps):
         state, info = kernel.step(rng, state, params)
         _record(rec, info, params, phase=0)
         eps = averager.update(float(info.acceptance_rate[0]))
+        if detector is not None:
+            reason = detector.update(eps, state.position, float(info.acceptance_rate[0]),
+                                     float(info.logdensity[0]))
+            if reason is not None:
+                raise WarmupStuck(it + 1, reason)
         if it + 1 in window_start:
             start = window_start[it + 1]
             inv_metric = regularized_inv_metric(rec.positions_since(start),
                                                 dense=metric == "dense")
             eps = initial_step_size(log_accept, averager.final)
             averager.restart(eps)
+            if detector is not None:
+                detector.restart(eps)
     return state, inv_metric, (averager.final if n_iter else None)
 
 
@@ -113,23 +124,37 @@ def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
               progress: Callable[[int], None], *, metric: str = "diag", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
-              callback: Callable | None = None, **tuning) -> ChainResult:
+              callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
+              detect_stuck: bool = True, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
     ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
     ``callback(recorder)`` runs after every block.
+
+    A chain stuck in the scale phase (step size collapsed by 10 orders of magnitude, or
+    positions frozen for 50 iterations: :mod:`ahmc_stan.tuning.stuck`) restarts the
+    warmup from a fresh Stan-rule initial point (uniform(-2, 2), ignoring ``init``), at
+    most ``max_restarts`` times, then raises
+    :class:`~ahmc_stan.tuning.stuck.StuckChainError`; ``detect_stuck=False`` turns this
+    off.  The restarts are logged in ``extras["restarts"]`` (the Fit's
+    ``metadata["chains"][c]["restarts"]``: iteration, reason, discarded ``n_grad``), and
+    the discarded iterations' evaluations are charged to the first warmup iteration.  No
+    detection without a scale phase (``scale_fraction=0``).
     """
     return run_tuned_chain(model, rng, x0, warmup, draws, progress, hmc_blocks, HMC_STATS,
                            metric=metric, box=box, scale_fraction=scale_fraction,
-                           max_num_steps=max_num_steps, callback=callback, **tuning)
+                           max_num_steps=max_num_steps, callback=callback,
+                           max_restarts=max_restarts, detect_stuck=detect_stuck, **tuning)
 
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
                     draws: int, progress: Callable[[int], None], make_blocks: Callable,
                     stat_names=HMC_STATS, *, metric: str = "diag", box=None,
                     scale_fraction: float | None = None, max_num_steps: int = 1000,
-                    callback: Callable | None = None, kernel=None, **tuning) -> ChainResult:
+                    callback: Callable | None = None, kernel=None,
+                    max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
+                    **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -138,12 +163,15 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     ``kernel`` (default ``HMCKernel(model.kernel)``) runs the scale phase: anything with
     HMCKernel's ``init``/``step`` taking :class:`HMCParameters` (ARMHMC passes its RMHMC
     kernel with ``metric="identity"``).  ``metric`` may also be an array, a fixed inverse
-    metric (vector: diagonal, matrix: dense) of which only ε* is adapted."""
+    metric (vector: diagonal, matrix: dense) of which only ε* is adapted.
+    ``max_restarts``, ``detect_stuck``: the stuck-warmup recovery of the scale phase
+    (:func:`run_chain`)."""
     fixed_metric = isinstance(metric, np.ndarray)
     if not fixed_metric and metric not in ("identity", "diag", "dense"):
         raise ValueError(f"metric must be 'identity', 'diag', 'dense' or an array, not {metric!r}")
     adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
+    restarts = WarmupRestarts(max_restarts, detect_stuck)
     kernel = HMCKernel(model.kernel) if kernel is None else kernel
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(stat_names))
@@ -156,8 +184,13 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     tuner, inv_metric, eps_ref = None, None, None
     start = time.perf_counter()
     try:
-        state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric, rec,
-                                                  max_num_steps)
+        while True:
+            try:
+                state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
+                                                          rec, max_num_steps, restarts)
+                break
+            except WarmupStuck as stuck:  # start the warmup afresh from a new point
+                state = kernel.init(restarts.restart(stuck, rec, model, rng))
         progress(rec.n)
         box = default_box(eps_ref, max_num_steps) if box is None else as_box(box)
         initial = None
@@ -177,5 +210,5 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
     extras = {"inv_metric": inv_metric, "reference_step_size": eps_ref,
-              **tuning_extras(tuner)}
+              "restarts": restarts.records, **tuning_extras(tuner)}
     return rec.result(warmup, start, extras)

@@ -22,12 +22,17 @@ default box ε ∈ [ε*/4, 1.5ε*], L ∈ {1..clip(⌈2π/ε*⌉, 10, max_num_st
 logistic-regression box is ε ∈ [0.1, 1], L ∈ {1..12}); then blocks of ``L_r ~ U{1..L}``
 iterations with the reward ESJD/sqrt(L) (Euclidean, as the paper).
 
-Statistics per iteration, beyond AHMC's: ``n_hessian`` (autodiff Hessians),
-``n_third`` (third-derivative tensors, each d(d+1)/2 third-order autodiff sweeps),
-``fixed_point_failures``.  ``n_grad`` counts leapfrog steps (the paper's ESS/L); a step
-costs far more than a gradient, so compare samplers by ``min_ess_per_s`` too.  Work done
-outside recorded iterations (the first point's geometry, step-size probes, the optimiser
-of constant mode) is charged to the first warmup iteration.
+Statistics per iteration, beyond AHMC's: ``n_hessian`` (Hessians), ``n_third``
+(third-derivative tensors, each d(d+1)/2 third-order autodiff sweeps or their
+finite-difference fallback), ``n_leapfrog`` (generalised leapfrog steps, the paper's L,
+reversibility check included) and ``fixed_point_failures``.  With SoftAbs ``n_grad`` is 0:
+the generalised leapfrog evaluates gradients only inside Hessians (see
+:mod:`ahmc_stan.riemann`, "Cost"); the Fit converts Hessians and tensors into
+gradient-equivalents with their costs measured on the model (:mod:`ahmc_stan.costs`; the
+method of the tensors is ``extras["third_derivatives"]``).  In constant mode the
+statistics are HMC's (``n_grad`` = leapfrog steps) and the Riemannian ones are 0.  Work
+done outside recorded iterations (the first point's geometry, step-size probes, the
+optimiser of constant mode) is charged to the first warmup iteration.
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                                  metric="identity", max_num_steps=max_num_steps or 100,
                                  kernel=kernel, **common)
         work, extras, seconds = _kernel_work(kernel, result), {}, 0.0
+        extras["third_derivatives"] = kernel.third_method
     result.extras.update(metric=metric, softness=softness, **extras)
     return _charge_unrecorded(result, work, seconds)
 
@@ -165,4 +171,5 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                                         "inv_metric": inv_metric, **extras})
     if metric == "softabs":
         work = _kernel_work(kernel, result)
+        result.extras["third_derivatives"] = kernel.third_method
     return _charge_unrecorded(result, work)  # the optimiser's time is in the chain's

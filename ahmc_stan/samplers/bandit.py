@@ -325,7 +325,9 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     same (ε, L_r); a round's reward is minus the mean ``loss`` ("mse" or
     "classification") of the generated quantity ``prediction`` against the held-out data
     variable ``target`` (:class:`~ahmc_stan.rewards.CrossValidation`).  The Fit holds the
-    model's own chain; the folds' chains are not kept.
+    model's own chain; the folds' chains are not kept, but their work is: ``n_grad`` of
+    each iteration is the gradients of every copy (the model's own are ``n_grad_own``),
+    so ESS per gradient charges the reward's copies to the sampler.
 
     ``scale_fraction`` of warmup (default 1/2, 0 with ``metric="identity"`` and a box)
     is AHMC's scale phase.
@@ -361,6 +363,10 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
         for rec in product.recs:
             rec.interrupted = True
     rec = product.recs[0]
+    rec.stats["n_grad_own"] = rec.stats["n_grad"].copy()
+    for other in product.recs[1:]:  # every copy's gradients are the chain's cost
+        n = min(rec.n, other.n)
+        rec.stats["n_grad"][:n] += other.stats["n_grad"][:n]
     phase = rec.stats["phase"]
     phase[n_scale:warmup], phase[warmup:rec.n] = 1, 2  # a round may straddle warmup's end
     if rec.sampling_start is None and rec.n >= warmup:
@@ -369,6 +375,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               "reference_step_size": None if tuner is None else eps_refs[0],
               "budget": None if tuner is None else budget,
               "round_starts": [] if tuner is None else starts.tolist(),
+              "copies": len(models),
               **tuning_extras(tuner)}
     if reward == "cv":
         extras["cv_errors"] = list(cv.errors)

@@ -34,6 +34,7 @@ from scipy import linalg
 
 from ..hmc import HMCKernel, HMCParameters
 from ..tuning.step_size import DualAveraging, initial_step_size
+from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from .ahmc import HMC_STATS, _record
 from .chain import ChainRecorder, ChainResult
 from .metropolis import (MHStep, Proposal, Target, acceptance_probability,
@@ -195,7 +196,8 @@ def run_am(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: 
 def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
             progress: Callable[[int], None], *, num_steps: int | None = None,
             target_accept: float = 0.65, step_size_jitter: float = 0.0,
-            block_size: int = 100) -> ChainResult:
+            block_size: int = 100, max_restarts: int = DEFAULT_MAX_RESTARTS,
+            detect_stuck: bool = True) -> ChainResult:
     """HMC-L: ``num_steps`` leapfrog steps (required), identity metric, ε dual-averaged
     towards ``target_accept`` during warmup and fixed at its average afterwards.
 
@@ -203,7 +205,11 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
     section 5.4.2.2; Stan's ``stepsize_jitter``).  With a fixed εL, a coordinate of scale
     σ with εL/σ near a multiple of π hardly moves (on the 100-d Gaussian of Titsias &
     Dellaportas, HMC-20's adapted ε gives εL/σ = 0.998π for σ = 0.1): the chain is then
-    not ergodic, and jittering ε restores ergodicity.  The default 0 is the paper's HMC."""
+    not ergodic, and jittering ε restores ergodicity.  The default 0 is the paper's HMC.
+
+    ``max_restarts``, ``detect_stuck``: a chain stuck during warmup restarts it from a
+    fresh initial point, as AHMC's scale phase does (:func:`~.ahmc.run_chain`,
+    :mod:`ahmc_stan.tuning.stuck`); ``extras["restarts"]`` logs the restarts."""
     if num_steps is None or int(num_steps) < 1:
         raise ValueError("the hmc baseline needs num_steps=L, a positive number of "
                          "leapfrog steps (the paper uses 5, 10 or 20)")
@@ -219,6 +225,7 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
     kernel = HMCKernel(model.kernel)
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
+    restarts = WarmupRestarts(max_restarts, detect_stuck)
     start = time.perf_counter()
     eps = math.nan
     try:
@@ -228,11 +235,20 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
 
         eps = initial_step_size(log_accept)
         averager = DualAveraging(eps, target=target_accept)
-        for _ in range(warmup):
+        detector = restarts.detector(len(x0), eps)
+        while rec.n < warmup:
             params = HMCParameters(jittered(eps), num_steps, jitter=False)
             state, info = kernel.step(rng, state, params)
             _record(rec, info, params, phase=1)
             eps = averager.update(float(info.acceptance_rate[0]))
+            reason = None if detector is None else detector.update(
+                eps, state.position, float(info.acceptance_rate[0]), float(info.logdensity[0]))
+            if reason is not None:  # start the warmup afresh from a new point
+                stuck = WarmupStuck(rec.n, reason)
+                state = kernel.init(restarts.restart(stuck, rec, model, rng))
+                eps = initial_step_size(log_accept)
+                averager = DualAveraging(eps, target=target_accept)
+                detector = restarts.detector(len(x0), eps)
             if rec.n % block_size == 0:
                 progress(rec.n)
         eps = averager.final if warmup else eps
@@ -252,4 +268,5 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
         rec.interrupted = True
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
-    return rec.result(warmup, start, {"step_size": eps, "num_steps": num_steps})
+    return rec.result(warmup, start, {"step_size": eps, "num_steps": num_steps,
+                                      "restarts": restarts.records})

@@ -35,6 +35,8 @@ class ChainRecorder:
         self.interrupted = False
         self.sampling_start: float | None = None
         self._warmup_seconds = 0.0
+        self._discarded: dict[str, float] = {}  # evaluations of discarded iterations
+        self._discard_row = 0                    # ... charged to this row by result()
 
     def add(self, positions: np.ndarray, **stats) -> None:
         """Append a block of iterations: rows of ``positions`` and, per statistic, a scalar
@@ -45,6 +47,28 @@ class ChainRecorder:
         for name, value in stats.items():
             self.stats[name][block] = np.broadcast_to(value, (len(positions),))[:n_new]
         self.n += n_new
+
+    def discard(self, start: int = 0) -> dict[str, float]:
+        """Forget the iterations from row ``start`` on (a restarted warmup,
+        :mod:`ahmc_stan.tuning.stuck`).  Their evaluation counts (the statistics of
+        :data:`ahmc_stan.costs.COST_STATS`: ``n_grad``, ``n_hessian``, ...) are returned, and
+        :meth:`result` charges them to row ``start`` (the first iteration of the new
+        attempt), so that the chain's totals (and the Fit's ``n_grad_warmup``) still count
+        them."""
+        from ..costs import COST_STATS
+
+        rows = slice(start, self.n)
+        counts = {name: float(np.sum(self.stats[name][rows]))
+                  for name in COST_STATS if name in self.stats}
+        if not self._discarded:
+            self._discard_row = start
+        self._discard_row = min(self._discard_row, start)
+        for name, amount in counts.items():
+            self._discarded[name] = self._discarded.get(name, 0.0) + amount
+        for values in self.stats.values():
+            values[rows] = 0
+        self.n = start
+        return counts
 
     def positions_since(self, start: int) -> np.ndarray:
         return self.positions[start:self.n]
@@ -60,6 +84,9 @@ class ChainRecorder:
         else:
             time_warmup, time_sampling = self._warmup_seconds, now - self.sampling_start
         stats = {k: v[:self.n].copy() for k, v in self.stats.items()}
+        if self._discard_row < self.n:  # discarded iterations' evaluations (discard())
+            for name, amount in self._discarded.items():
+                stats[name][self._discard_row] += amount
         return ChainResult(self.positions[:self.n].copy(), stats, min(self.n, warmup),
                            max(0, self.n - warmup), time_warmup, time_sampling,
                            self.interrupted, extras)

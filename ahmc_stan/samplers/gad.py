@@ -45,10 +45,11 @@ small entries up, so the guard only catches RMSProp overshoots — it is scale-f
 the fixed floor 10⁻³ of the authors' code.
 
 Cost per warmup iteration: a few O(n²) outer products and elementwise updates; the exact
-variant adds a Hessian-vector product at y when h < 0, recorded as 2 gradients in
-``n_grad``.  Stan's forward-over-reverse HVP really costs ≈ 6 gradients on the 100-d
-Gaussian and ≈ 67 on the Caravan regression (``X·β`` in nested autodiff), so compare
-``gadmala_exact`` by ESS per second rather than per gradient.
+variant adds a Hessian-vector product at y when h < 0, counted in ``n_hvp`` (and not in
+``n_grad``).  Stan's forward-over-reverse HVP really costs ≈ 6 gradients on the 100-d
+Gaussian and ≈ 67 on the Caravan regression (``X·β`` in nested autodiff); the Fit's ESS
+per gradient converts each product with its cost measured on the model
+(:mod:`ahmc_stan.costs`).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ class GadProposal(Proposal):
                  min_beta: float = 1e-4):
         if exact and not langevin:
             raise ValueError("the exact variant is a Langevin proposal")
+        self.count_names = ("n_hvp",) if exact else ()
         scale = 0.1 / math.sqrt(dims) if initial_scale is None else float(initial_scale)
         super().__init__(scale * np.eye(dims), langevin)
         self.exact, self.target_accept = exact, float(target_accept)
@@ -145,13 +147,14 @@ class GadProposal(Proposal):
     def needs_gradient(self, adapting: bool) -> bool:
         return self.langevin or adapting  # gadrwm's gradient step needs ∇log π(y)
 
-    def adapt(self, target: Target, step: MHStep) -> int:
-        n_grad = 0
+    def adapt(self, target: Target, step: MHStep) -> dict[str, int]:
+        made = {"n_hvp": 0} if self.exact else {}
         if math.isfinite(step.lp_y):
             hvp = None
             if self.exact and step.log_ratio < 0:
-                n_grad = 2  # one Hessian-vector product ≈ two gradients
-                hvp = lambda v: target.hvp(step.y, v)  # noqa: E731
+                def hvp(v):  # counted where it is made
+                    made["n_hvp"] += 1
+                    return target.hvp(step.y, v)
             grad = objective_gradient(self.L, step.eps, self.beta, step.log_ratio,
                                       step.grad_y, step.grad_x if self.langevin else None,
                                       hvp)
@@ -159,7 +162,7 @@ class GadProposal(Proposal):
                 self._step(grad)
         self.beta = max(self.min_beta, self.beta * (
             1 + self.rho_beta * (float(step.accepted) - self.target_accept)))
-        return n_grad
+        return made
 
     def _step(self, grad: np.ndarray) -> None:
         """RMSProp ascent step on L, diagonal kept positive."""

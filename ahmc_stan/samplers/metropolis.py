@@ -147,6 +147,9 @@ class Proposal:
 
     #: per-iteration statistics beyond the loop's own (``stats()`` gives their values)
     stat_names: tuple[str, ...] = ()
+    #: per-iteration counts of other kinds of evaluation that :meth:`adapt` reports
+    #: (e.g. ``n_hvp``), summed over thinned iterations
+    count_names: tuple[str, ...] = ()
 
     def __init__(self, L, langevin: bool):
         self.L = L
@@ -168,9 +171,10 @@ class Proposal:
         """Whether the iteration evaluates ∇log π(y) (else the density only)."""
         return self.langevin
 
-    def adapt(self, target: Target, step: MHStep) -> int:
+    def adapt(self, target: Target, step: MHStep) -> int | dict[str, int]:
         """Warmup adaptation after the accept step; returns the gradient evaluations it
-        made beyond the proposal's (an HVP counts as 2)."""
+        made beyond the proposal's, or a dict of counts (``n_grad`` and those of
+        :attr:`count_names`, e.g. ``{"n_hvp": 1}``)."""
         return 0
 
     def end_warmup(self) -> None:
@@ -205,19 +209,20 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
     Statistics: ``accept_stat`` (mean ``min(1, ratio)``), ``accepted`` (fraction),
     ``n_grad`` (gradient evaluations, each also giving the density), ``n_density``
     (density-only evaluations), ``divergent`` (always 0), ``step_size`` (σ or nan), ``lp``,
-    and the proposal's ``stat_names``.
+    and the proposal's ``stat_names`` and ``count_names`` (``n_hvp``).
     """
     if thin < 1:
         raise ValueError(f"thin must be a positive integer, not {thin}")
     dims = len(x0)
     n_noise = proposal.noise_dims or dims
-    rec = ChainRecorder(dims, warmup + draws, [*_LOOP_STATS, *proposal.stat_names])
+    rec = ChainRecorder(dims, warmup + draws,
+                        [*_LOOP_STATS, *proposal.stat_names, *proposal.count_names])
     x = np.array(x0, dtype=float)
     lp, grad = target.gradient(x) if proposal.langevin else (target.density(x), None)
     if not math.isfinite(lp):
         raise ValueError("the initial point has a non-finite log density or gradient")
     names = ("accept_stat", "accepted", "n_grad", "n_density", "lp", "step_size",
-             *proposal.stat_names)
+             *proposal.stat_names, *proposal.count_names)
     start = time.perf_counter()
     rows, out, done, adapting = np.empty((0, dims)), {}, 0, warmup > 0
     try:
@@ -247,8 +252,11 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
                     prob = acceptance_probability(log_ratio)
                     accepted = accept(log_ratio, log_u)
                     if adapting:
-                        out["n_grad"][i] += proposal.adapt(target, MHStep(
+                        work = proposal.adapt(target, MHStep(
                             x, lp, grad, eps, y, lp_y, grad_y, log_ratio, prob, accepted))
+                        for k, v in (work.items() if isinstance(work, dict)
+                                     else [("n_grad", work)]):
+                            out[k][i] += v
                     if accepted:
                         x, lp = y, lp_y
                         if proposal.langevin:

@@ -50,7 +50,10 @@ so detailed balance holds).  The additive recurrence cannot follow U when it cha
 more than about half within a step: on the banana ~40% of the talk's trajectories (a = −½)
 end that way, ~3% with a = +½; on the Gaussian targets none.  Each step costs two
 gradients and one Hessian-vector product, plus one product at each end of the trajectory
-for U; ``n_grad`` counts gradients and products, ``n_hvp`` the products alone.
+for U; ``n_grad`` counts the gradients, ``n_hvp`` the products (each counted where it is
+made; the Fit converts products into gradient-equivalents with their cost measured on the
+model, :mod:`ahmc_stan.costs`).  The gradients and products of G_ref's estimate are
+charged to the first iteration after it.
 
 SVHMC draws a fresh momentum each iteration; OSVHMC updates it by ordered overrelaxation
 as OHMC does (:mod:`.ohmc`).  Both are tuned over Γ of (ε, L) like AHMC.
@@ -117,6 +120,8 @@ class AdaptiveVerlet:
         self.reference, self.u_exponent, self.rho_sd = float(reference), u_exponent, rho_sd
         dims = density.dims
         self._v, self._w, self._g = np.empty(dims), np.empty(dims), np.empty(dims)
+        #: work done outside trajectories (G_ref's estimate), added to the next one's counts
+        self.pending: dict[str, int] | None = None
 
     def _minv(self, p: np.ndarray) -> np.ndarray:
         return p if self.inv_metric is None else self.inv_metric * p
@@ -149,9 +154,9 @@ class AdaptiveVerlet:
             x += h * self._minv(p)
             lp_half = self.density.log_density_gradient(x, g_half)
             n_grad += 1
-            n_hvp += 1
             if not math.isfinite(lp_half):
                 return -math.inf, rho, n_grad, n_hvp
+            n_hvp += 1
             rho = 2.0 * self.u(x, p, g_half) - rho
             if not (rho > 0 and math.isfinite(rho)):
                 return -math.inf, rho, n_grad, n_hvp
@@ -168,30 +173,42 @@ class AdaptiveVerlet:
                    x: np.ndarray, p: np.ndarray, grad: np.ndarray, lp: float
                    ) -> tuple[float, float, dict]:
         """A :data:`~ahmc_stan.ghmc.Trajectory`: draws ρ₀ ~ q(· | x, p), integrates, and
-        returns the log weight ``log q(ρ_L | x_L, p_L) − log q(ρ₀ | x, p)``."""
+        returns the log weight ``log q(ρ_L | x_L, p_L) − log q(ρ₀ | x, p)``.  Counts:
+        ``n_grad`` gradients, ``n_hvp`` Hessian-vector products (and the work of
+        :attr:`pending`, charged to the first trajectory)."""
         rho_noise = rng.standard_normal()
         u0 = self.u(x, p, grad)
         if not math.isfinite(u0):
-            return -math.inf, 0.0, {"n_grad": 1, "n_hvp": 1}
+            return -math.inf, 0.0, self._counts(0, 1)
         rho0 = u0 * (1.0 + self.rho_sd * rho_noise)
         if not rho0 > 0:  # F would map this start to one ending at ρ_L = ρ₀ ≤ 0
-            return -math.inf, 0.0, {"n_grad": 1, "n_hvp": 1}
+            return -math.inf, 0.0, self._counts(0, 1)
         lp_end, rho_end, n_grad, n_hvp = self.integrate(n_steps, step_size, x, p, grad, lp,
                                                         rho0)
-        n_hvp += 1
+        n_hvp += 1  # U(x, p) at the start
         log_w = -math.inf
         if math.isfinite(lp_end):
             n_hvp += 1
             u_end = self.u(x, p, grad)
             if math.isfinite(u_end):
                 log_w = self.log_q(rho_end, u_end) - self.log_q(rho0, u0)
-        return lp_end, log_w, {"n_grad": n_grad + n_hvp, "n_hvp": n_hvp}
+        return lp_end, log_w, self._counts(n_grad, n_hvp)
+
+    def _counts(self, n_grad: int, n_hvp: int) -> dict:
+        counts = {"n_grad": n_grad, "n_hvp": n_hvp}
+        if self.pending:
+            counts = {k: v + self.pending.get(k, 0) for k, v in counts.items()}
+            self.pending = None
+        return counts
 
 
 def reference_g(density, hvp: HessianVector, rng: np.random.Generator, positions: np.ndarray,
-                inv_metric: InvMetric, n_momenta: int = 20) -> float:
+                inv_metric: InvMetric, n_momenta: int = 20, counts: dict | None = None
+                ) -> float:
     """Median of G over ``positions`` (or ``n_momenta`` momenta at a single position), each
-    with a fresh momentum from N(0, M)."""
+    with a fresh momentum from N(0, M).  ``counts`` (``n_grad``, ``n_hvp``), if given, is
+    incremented by the evaluations made."""
+    counts = {"n_grad": 0, "n_hvp": 0} if counts is None else counts
     if len(positions) == 1:
         positions = np.repeat(positions, n_momenta, axis=0)
     verlet = AdaptiveVerlet(density, hvp, inv_metric, 1.0)
@@ -200,7 +217,9 @@ def reference_g(density, hvp: HessianVector, rng: np.random.Generator, positions
     values = []
     for x, p in zip(positions, momenta):
         x = np.ascontiguousarray(x)
+        counts["n_grad"] = counts.get("n_grad", 0) + 1
         if math.isfinite(density.log_density_gradient(x, grad)):
+            counts["n_hvp"] = counts.get("n_hvp", 0) + 1
             values.append(verlet.density_g(x, p, grad))
     values = np.array(values)
     values = values[np.isfinite(values) & (values > 0)]
@@ -215,9 +234,12 @@ def _sv_trajectory(model, u_exponent: float, rho_sd: float, n_reference: int,
     def make_trajectory(density, rng, position, inv_metric, rec):
         hvp = HessianVector(model)
         scale = rec.positions_since(max(0, rec.n - n_reference)) if rec.n else position[None]
-        found["reference_g"] = reference_g(density, hvp, rng, scale, inv_metric)
-        return AdaptiveVerlet(density, hvp, inv_metric, found["reference_g"], u_exponent,
-                              rho_sd).trajectory
+        work = {"n_grad": 0, "n_hvp": 0}
+        found["reference_g"] = reference_g(density, hvp, rng, scale, inv_metric, counts=work)
+        verlet = AdaptiveVerlet(density, hvp, inv_metric, found["reference_g"], u_exponent,
+                                rho_sd)
+        verlet.pending = work  # charged to the first iteration of the blocks
+        return verlet.trajectory
 
     return make_trajectory
 
