@@ -312,3 +312,21 @@ def test_bandit_cv_counts_the_gradients_of_every_copy(robot, monkeypatch):
            + fit.sampler_stats["n_grad_own"].sum())
     assert own < sum(made)  # the model's own chain is not the whole cost
     assert fit.efficiency()["n_grad_equiv_sampling"] == fit.n_grad_sampling
+
+
+def test_bandit_default_reward_runs_on_any_model(mvn_model, mvn_data):
+    """Without cross-validation inputs the bandit's default reward is ESJD, so
+    ``sampler="bandit"`` runs out of the box on a model with no held-out data; its draws
+    have the target's moments."""
+    fit = tune_and_sample(mvn_model, "bandit", chains=2, warmup=400, draws=1000, seed=3,
+                          progress=False, parallel=False, diagnose=False)
+    assert fit.metadata["chains"][0]["copies"] == 1
+    assert "cv_errors" not in fit.metadata["chains"][0]
+    assert_moments(fit.draws[:, :, :3], mvn_data["mu"], np.sqrt(np.diag(mvn_data["Sigma"])))
+
+
+def test_bandit_partial_cv_inputs_are_an_error(mvn_model):
+    with pytest.raises(ValueError, match="needs case_vars, prediction and target; only "
+                                         "prediction given"):
+        tune_and_sample(mvn_model, "bandit", chains=1, warmup=20, draws=10, seed=1,
+                        progress=False, parallel=False, prediction="y_pred")

@@ -303,7 +303,7 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
 
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-              progress: Callable[[int], None], *, reward: str = "cv", budget: int | None = None,
+              progress: Callable[[int], None], *, reward: str | None = None, budget: int | None = None,
               folds: int = 8, case_vars: Sequence[str] | None = None, n_var: str = "N",
               suffix: str = "_test", prediction: str | None = None, target: str | None = None,
               loss: str | Callable = "mse", reward_unit: float = 0.1, metric: str = "diag",
@@ -317,6 +317,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     after it.  A super-transition may straddle the end of warmup; the last one stops when
     the chain is full.
 
+    ``reward`` (default: ``"cv"`` when ``case_vars``, ``prediction`` and ``target`` are
+    given, else ``"esjd"``, so that the default runs on any model).
     ``reward="esjd"``: AHMC's normalised ESJD of the model's chain (with ``alpha=4`` unless
     given, since its scale is arbitrary).  ``reward="cv"``: ``folds`` copies of the model,
     each conditioned on the other folds of the per-case data ``case_vars`` (counted by
@@ -332,6 +334,13 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``scale_fraction`` of warmup (default 1/2, 0 with ``metric="identity"`` and a box)
     is AHMC's scale phase.
     """
+    cv_inputs = {"case_vars": case_vars, "prediction": prediction, "target": target}
+    if reward is None:
+        given = [k for k, v in cv_inputs.items() if v]
+        if given and len(given) < len(cv_inputs):
+            raise ValueError("the cross-validation reward needs case_vars, prediction and "
+                             f"target; only {', '.join(given)} given")
+        reward = "cv" if given else "esjd"
     if reward == "esjd":
         models, make_reward = [model], None
         tuning.setdefault("alpha", 4.0)
