@@ -12,7 +12,10 @@ Ctrl-C stops every chain and returns a Fit of the draws made so far, flagged
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import inspect
 import multiprocessing
+import numbers
 import os
 from typing import Any, Callable, Mapping
 
@@ -23,7 +26,7 @@ from .model import StanModel
 from .samplers.chain import ChainResult
 from .tuning.stuck import StuckChainError
 
-__all__ = ["tune_and_sample", "SAMPLERS", "register_sampler"]
+__all__ = ["tune_and_sample", "SAMPLERS", "register_sampler", "sampler_options"]
 
 
 def _ahmc():
@@ -73,6 +76,69 @@ SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
     SAMPLERS[name] = loader
+
+
+#: Where the built-in samplers' ``**options`` go: the AHMC chain's options
+#: (:func:`~ahmc_stan.samplers.ahmc.run_tuned_chain`) and the tuner's
+#: (:class:`~ahmc_stan.samplers.tuned_blocks.TuningOptions`), or the tuner's alone.
+_FORWARDS = {"ahmc": "tuned_chain", "ohmc": "tuned_chain", "svhmc": "tuned_chain",
+             "osvhmc": "tuned_chain", "armhmc": "tuned_chain", "bandit": "tuning"}
+
+
+def sampler_options(sampler: str) -> frozenset[str] | None:
+    """The option names ``tune_and_sample(..., sampler=sampler, **options)`` accepts, read
+    from the sampler's signature (and, for those that pass options on, from where they go);
+    ``None`` for a registered sampler that takes any ``**options``."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")
+    params = list(inspect.signature(SAMPLERS[sampler]()).parameters.values())
+    names = {p.name for p in params[6:]
+             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        return frozenset(names)
+    forwards = _FORWARDS.get(sampler)
+    if forwards is None:
+        return None
+    from .samplers.ahmc import run_tuned_chain
+    from .samplers.tuned_blocks import TuningOptions
+
+    names |= {f.name for f in dataclasses.fields(TuningOptions)}
+    if forwards == "tuned_chain":
+        names |= {p.name for p in inspect.signature(run_tuned_chain).parameters.values()
+                  if p.kind == p.KEYWORD_ONLY} - {"kernel"}
+    return frozenset(names)
+
+
+def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
+                     options: Mapping[str, Any]) -> None:
+    """Every argument and option name checked in the caller's process, before any work,
+    each with a one-line message."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")
+
+    def integer(name, value, low):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
+
+    integer("chains", chains, 1)
+    integer("warmup", warmup, 0)
+    integer("draws", draws, 1)
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or \
+                not 0 <= seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+    if parallel is not None and not isinstance(parallel, bool):
+        integer("parallel", parallel, 1)
+    if _FORWARDS.get(sampler) and warmup == 0 and options.get("box") is None:
+        raise ValueError(f"sampler {sampler!r} derives its box over (step size, steps) "
+                         "during warmup: with warmup=0 give box=((eps_lo, eps_hi), "
+                         "(L_lo, L_hi))")
+    valid = sampler_options(sampler)
+    unknown = [k for k in options if valid is not None and k not in valid]
+    if unknown:
+        raise ValueError(f"unknown option{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))} for sampler {sampler!r}; valid "
+                         f"options: {', '.join(sorted(valid)) or 'none'}")
 
 
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
@@ -174,9 +240,11 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     A chain whose warmup gets stuck more than ``max_restarts`` times (an option of the
     AHMC family and of ``hmc``, :mod:`ahmc_stan.tuning.stuck`) raises
     :class:`~ahmc_stan.tuning.stuck.StuckChainError` naming the chain (``"chain 3: ..."``).
+
+    Arguments and option names are checked before any work starts (``ValueError``, one
+    line, listing the valid options: :func:`sampler_options`).
     """
-    if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; choose from {sorted(SAMPLERS)}")
+    _check_arguments(sampler, chains, warmup, draws, seed, parallel, options)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
     seeds = np.random.SeedSequence(seed).spawn(chains)

@@ -180,7 +180,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             0.5 if adapt_metric else 0.2)
     n_scale = int(round(scale_fraction * warmup))
     if box is None and n_scale == 0:
-        raise ValueError("with scale_fraction=0 a box must be given")
+        raise ValueError(f"no scale phase (warmup={warmup}, scale_fraction={scale_fraction}),"
+                         " from which the box over (step size, steps) is derived: give "
+                         "box=((eps_lo, eps_hi), (L_lo, L_hi)) or a longer warmup")
     tuner, inv_metric, eps_ref = None, None, None
     start = time.perf_counter()
     try:

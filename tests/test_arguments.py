@@ -1,0 +1,90 @@
+"""tune_and_sample checks its arguments and option names in the caller's process before
+any work, with one-line messages (issue 17, item 3)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ahmc_stan import tune_and_sample
+from ahmc_stan.sampling import SAMPLERS, sampler_options
+
+from .conftest import stan_model_path
+
+
+class NoWork:
+    """A model that fails the test if anything touches it: the checks come first."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the model was used ({name}) before the arguments were checked")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"chains": 0}, r"^chains must be an integer >= 1, not 0$"),
+    ({"chains": -1}, r"^chains must be an integer >= 1, not -1$"),
+    ({"chains": 2.5}, r"^chains must be an integer >= 1, not 2.5$"),
+    ({"draws": -5}, r"^draws must be an integer >= 1, not -5$"),
+    ({"draws": 0}, r"^draws must be an integer >= 1, not 0$"),
+    ({"warmup": -1}, r"^warmup must be an integer >= 0, not -1$"),
+    ({"seed": -5}, r"^seed must be an integer in \[0, 2\*\*32\), not -5$"),
+    ({"seed": 2**32}, r"^seed must be an integer in \[0, 2\*\*32\)"),
+    ({"seed": "1"}, r"^seed must be an integer"),
+    ({"parallel": 0}, r"^parallel must be an integer >= 1, not 0$"),
+    ({"sampler": "nuts"}, r"^unknown sampler 'nuts'; choose from \["),
+    ({"metirc": "diag"}, r"^unknown option 'metirc' for sampler 'ahmc'; valid options: "
+                         r"adapt_during_sampling, .*\bmetric\b"),
+    ({"adapt_delta": 0.95}, r"^unknown option 'adapt_delta' for sampler 'ahmc'"),
+    ({"sampler": "gadmala", "num_steps": 5, "foo": 1},
+     r"^unknown options 'num_steps', 'foo' for sampler 'gadmala'; valid options: "
+     r"initial_scale, learning_rate, min_beta, min_diag_ratio, rho_beta, target_accept, "
+     r"thin$"),
+    ({"warmup": 0}, r"^sampler 'ahmc' derives its box .* with warmup=0 give box="),
+])
+def test_bad_arguments_fail_before_any_work(kwargs, message):
+    kwargs = {"sampler": "ahmc", **kwargs}
+    with pytest.raises(ValueError, match=message) as err:
+        tune_and_sample(NoWork(), progress=False, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_every_samplers_options_are_known():
+    """Each built-in sampler's valid names are its own keywords plus, for the AHMC family,
+    the tuned chain's and the tuner's; no sampler accepts the driver's own arguments."""
+    ahmc = sampler_options("ahmc")
+    assert {"metric", "box", "max_restarts", "detect_stuck", "k", "anneal_start",
+            "adapt_during_sampling", "callback"} <= ahmc
+    assert "kernel" not in ahmc
+    assert {"num_candidates", "k", "max_restarts"} <= sampler_options("ohmc")
+    assert {"u_exponent", "box", "k"} <= sampler_options("svhmc")
+    assert {"softness", "third_derivatives", "max_restarts", "k"} <= sampler_options("armhmc")
+    bandit = sampler_options("bandit")
+    assert {"reward", "folds", "k"} <= bandit and "max_restarts" not in bandit
+    assert sampler_options("hmc") == {"num_steps", "target_accept", "step_size_jitter",
+                                      "block_size", "max_restarts", "detect_stuck"}
+    for name in SAMPLERS:
+        assert not {"model", "rng", "x0", "warmup", "draws", "progress", "seed",
+                    "chains"} & sampler_options(name)
+
+
+def test_valid_options_pass_the_check_and_run(mvn_model):
+    fit = tune_and_sample(mvn_model, "hmc", chains=1, warmup=50, draws=20, seed=1,
+                          progress=False, diagnose=False, num_steps=5, target_accept=0.7,
+                          max_restarts=2)
+    assert fit.draws.shape == (1, 20, 3)
+    fit = tune_and_sample(mvn_model, "ahmc", chains=1, warmup=0, draws=20, seed=np.int64(3),
+                          progress=False, diagnose=False, metric="identity",
+                          box=((0.1, 0.5), (1, 10)))
+    assert fit.draws.shape == (1, 20, 3)
+
+
+def test_cli_misspelt_option_is_one_line(mvn_data, tmp_path, capsys):
+    from ahmc_stan.cli import main
+
+    data = tmp_path / "mvn.json"
+    data.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in mvn_data.items()}))
+    status = main(["sample", str(stan_model_path("mvn")), "--data", str(data), "--chains",
+                   "1", "--option", "adapt_delta=0.95"])
+    err = capsys.readouterr().err
+    assert status != 0
+    assert "unknown option 'adapt_delta' for sampler 'ahmc'; valid options:" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
