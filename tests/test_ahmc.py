@@ -235,3 +235,27 @@ def test_block_rewards_at_once_equal_the_per_block_rewards():
     # by hand: two blocks of one jump each, L = 4
     got = esjd_block_rewards(np.zeros(1), np.array([[1.0], [3.0]]), 4, None, 1)
     np.testing.assert_allclose(got, [1.0 / 2, 4.0 / 2])
+
+
+def test_adapt_delta_sets_the_scale_phase_target(mvn_model):
+    """``adapt_delta`` (Stan's name) is the acceptance statistic the scale phase's dual
+    averaging aims at: its mean after the first windows lands near the target (dual
+    averaging settles slightly below it, 0.6–1.5 points here), and a higher target gives a
+    smaller reference step size ε*, so a box of smaller steps.  The HMC baseline takes
+    the same name."""
+    eps = {}
+    for delta in (0.6, 0.8, 0.95):
+        fit = tune_and_sample(mvn_model, "ahmc", chains=2, warmup=1000, draws=100, seed=2,
+                              progress=False, diagnose=False, adapt_delta=delta)
+        phase = fit.warmup_sampler_stats["phase"][0]
+        n_scale = int(np.sum(phase == 0))
+        accept = fit.warmup_sampler_stats["accept_stat"][:, 75:n_scale]
+        assert abs(accept.mean() - delta) < 0.05, (delta, accept.mean())
+        eps[delta] = np.array([c["reference_step_size"] for c in fit.metadata["chains"]])
+    assert (eps[0.6] > eps[0.8]).all() and (eps[0.8] > eps[0.95]).all(), eps
+    hmc = tune_and_sample(mvn_model, "hmc", chains=2, warmup=500, draws=100, seed=2,
+                          progress=False, diagnose=False, num_steps=5, adapt_delta=0.9)
+    assert abs(hmc.warmup_sampler_stats["accept_stat"][:, 100:].mean() - 0.9) < 0.05
+    with pytest.raises(ValueError, match=r"adapt_delta must be in \(0, 1\), not 1.2"):
+        tune_and_sample(mvn_model, "ahmc", chains=1, warmup=100, draws=10, seed=1,
+                        progress=False, parallel=False, adapt_delta=1.2)

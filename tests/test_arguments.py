@@ -32,8 +32,10 @@ class NoWork:
     ({"parallel": 0}, r"^parallel must be an integer >= 1, not 0$"),
     ({"sampler": "nuts"}, r"^unknown sampler 'nuts'; choose from \["),
     ({"metirc": "diag"}, r"^unknown option 'metirc' for sampler 'ahmc'; valid options: "
-                         r"adapt_during_sampling, .*\bmetric\b"),
-    ({"adapt_delta": 0.95}, r"^unknown option 'adapt_delta' for sampler 'ahmc'"),
+                         r"adapt_delta, adapt_during_sampling, .*\bmetric\b"),
+    ({"sampler": "rwm", "adapt_delta": 0.95},
+     r"^unknown option 'adapt_delta' for sampler 'rwm'; valid options: step_size, "
+     r"target_accept, thin$"),
     ({"sampler": "gadmala", "num_steps": 5, "foo": 1},
      r"^unknown options 'num_steps', 'foo' for sampler 'gadmala'; valid options: "
      r"initial_scale, learning_rate, min_beta, min_diag_ratio, rho_beta, target_accept, "
@@ -51,15 +53,15 @@ def test_every_samplers_options_are_known():
     """Each built-in sampler's valid names are its own keywords plus, for the AHMC family,
     the tuned chain's and the tuner's; no sampler accepts the driver's own arguments."""
     ahmc = sampler_options("ahmc")
-    assert {"metric", "box", "max_restarts", "detect_stuck", "k", "anneal_start",
+    assert {"metric", "box", "max_restarts", "detect_stuck", "k", "anneal_start", "adapt_delta",
             "adapt_during_sampling", "callback"} <= ahmc
     assert "kernel" not in ahmc
     assert {"num_candidates", "k", "max_restarts"} <= sampler_options("ohmc")
     assert {"u_exponent", "box", "k"} <= sampler_options("svhmc")
     assert {"softness", "third_derivatives", "max_restarts", "k"} <= sampler_options("armhmc")
     bandit = sampler_options("bandit")
-    assert {"reward", "folds", "k"} <= bandit and "max_restarts" not in bandit
-    assert sampler_options("hmc") == {"num_steps", "target_accept", "step_size_jitter",
+    assert {"reward", "folds", "k", "adapt_delta"} <= bandit and "max_restarts" not in bandit
+    assert sampler_options("hmc") == {"num_steps", "adapt_delta", "step_size_jitter",
                                       "block_size", "max_restarts", "detect_stuck"}
     for name in SAMPLERS:
         assert not {"model", "rng", "x0", "warmup", "draws", "progress", "seed",
@@ -68,7 +70,7 @@ def test_every_samplers_options_are_known():
 
 def test_valid_options_pass_the_check_and_run(mvn_model):
     fit = tune_and_sample(mvn_model, "hmc", chains=1, warmup=50, draws=20, seed=1,
-                          progress=False, diagnose=False, num_steps=5, target_accept=0.7,
+                          progress=False, diagnose=False, num_steps=5, adapt_delta=0.7,
                           max_restarts=2)
     assert fit.draws.shape == (1, 20, 3)
     fit = tune_and_sample(mvn_model, "ahmc", chains=1, warmup=0, draws=20, seed=np.int64(3),
@@ -83,8 +85,8 @@ def test_cli_misspelt_option_is_one_line(mvn_data, tmp_path, capsys):
     data = tmp_path / "mvn.json"
     data.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in mvn_data.items()}))
     status = main(["sample", str(stan_model_path("mvn")), "--data", str(data), "--chains",
-                   "1", "--option", "adapt_delta=0.95"])
+                   "1", "--option", "adapt_detla=0.95"])
     err = capsys.readouterr().err
     assert status != 0
-    assert "unknown option 'adapt_delta' for sampler 'ahmc'; valid options:" in err
+    assert "unknown option 'adapt_detla' for sampler 'ahmc'; valid options:" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

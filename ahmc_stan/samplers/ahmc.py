@@ -64,9 +64,11 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
             lp=info.logdensity, phase=phase, **extra)
 
 
-def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None):
-    """Phase 1: dual averaging of ε at a path length of ~1 and Stan's metric windows
-    (none when ``metric`` is an array: a fixed inverse metric).  With ``restarts`` (a
+def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
+                 adapt_delta: float = 0.8):
+    """Phase 1: dual averaging of ε towards the acceptance statistic ``adapt_delta`` at a
+    path length of ~1 and Stan's metric windows (none when ``metric`` is an array: a fixed
+    inverse metric).  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`."""
     dims = len(state.position)
@@ -79,7 +81,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
         return math.log(max(info.acceptance_rate[0], 1e-300))
 
     eps = initial_step_size(log_accept) if n_iter else 1.0
-    averager = DualAveraging(eps)
+    averager = DualAveraging(eps, target=adapt_delta)
     detector = restarts.detector(dims, eps) if restarts is not None and n_iter else None
     windows = dict(adaptation_windows(n_iter)) if inv_metric is not None and not fixed else {}
     window_start = {end: start for start, end in windows.items()}
@@ -125,12 +127,14 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               progress: Callable[[int], None], *, metric: str = "diag", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
-              detect_stuck: bool = True, **tuning) -> ChainResult:
+              detect_stuck: bool = True, adapt_delta: float = 0.8, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
     ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
-    ``callback(recorder)`` runs after every block.
+    ``callback(recorder)`` runs after every block.  ``adapt_delta`` (Stan's name, default
+    0.8) is the acceptance statistic the scale phase's dual averaging aims at: it sets ε*
+    and so the box [ε*/4, 1.5ε*], within which the tuner then picks ε by its reward.
 
     A chain stuck in the scale phase (step size collapsed by 10 orders of magnitude, or
     positions frozen for 50 iterations: :mod:`ahmc_stan.tuning.stuck`) restarts the
@@ -145,7 +149,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     return run_tuned_chain(model, rng, x0, warmup, draws, progress, hmc_blocks, HMC_STATS,
                            metric=metric, box=box, scale_fraction=scale_fraction,
                            max_num_steps=max_num_steps, callback=callback,
-                           max_restarts=max_restarts, detect_stuck=detect_stuck, **tuning)
+                           max_restarts=max_restarts, detect_stuck=detect_stuck,
+                           adapt_delta=adapt_delta, **tuning)
 
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
@@ -154,7 +159,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     scale_fraction: float | None = None, max_num_steps: int = 1000,
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
-                    **tuning) -> ChainResult:
+                    adapt_delta: float = 0.8, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -164,8 +169,10 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     HMCKernel's ``init``/``step`` taking :class:`HMCParameters` (ARMHMC passes its RMHMC
     kernel with ``metric="identity"``).  ``metric`` may also be an array, a fixed inverse
     metric (vector: diagonal, matrix: dense) of which only ε* is adapted.
-    ``max_restarts``, ``detect_stuck``: the stuck-warmup recovery of the scale phase
-    (:func:`run_chain`)."""
+    ``max_restarts``, ``detect_stuck``: the stuck-warmup recovery of the scale phase,
+    ``adapt_delta`` its target acceptance statistic (:func:`run_chain`)."""
+    if not 0 < adapt_delta < 1:
+        raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
     if not fixed_metric and metric not in ("identity", "diag", "dense"):
         raise ValueError(f"metric must be 'identity', 'diag', 'dense' or an array, not {metric!r}")
@@ -189,7 +196,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         while True:
             try:
                 state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
-                                                          rec, max_num_steps, restarts)
+                                                          rec, max_num_steps, restarts,
+                                                          adapt_delta)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))

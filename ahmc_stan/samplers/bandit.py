@@ -127,7 +127,11 @@ class ProductHMC:
     early when it is reached), ``None`` lets the recorders grow.
     """
 
-    def __init__(self, models: Sequence, x0s: Sequence[np.ndarray], capacity: int | None):
+    def __init__(self, models: Sequence, x0s: Sequence[np.ndarray], capacity: int | None,
+                 adapt_delta: float = 0.8):
+        if not 0 < adapt_delta < 1:
+            raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
+        self.adapt_delta = float(adapt_delta)
         self.models = list(models)
         self.kernels = [HMCKernel(m.kernel) for m in self.models]
         self.states = [k.init(x0) for k, x0 in zip(self.kernels, x0s, strict=True)]
@@ -146,7 +150,8 @@ class ProductHMC:
         eps = []
         for j, (kernel, rec) in enumerate(zip(self.kernels, self.recs)):
             self.states[j], self.inv_metrics[j], e = _scale_phase(
-                kernel, rng, self.states[j], n_iter, metric, rec, max_num_steps)
+                kernel, rng, self.states[j], n_iter, metric, rec, max_num_steps,
+                adapt_delta=self.adapt_delta)
             eps.append(e)
         return eps
 
@@ -275,7 +280,8 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
                scale_iterations: int = 500, metric: str = "diag", box=None,
                jitter: bool = False, tune: bool = True, initial: dict | None = None,
                max_num_steps: int = 1000, progress: Callable[[int], None] | None = None,
-               callback: Callable | None = None, **tuning) -> BanditResult:
+               callback: Callable | None = None, adapt_delta: float = 0.8,
+               **tuning) -> BanditResult:
     """Algorithm 3 on the product of ``models`` (one each: start ``x0s``): the scale phase
     (``scale_iterations`` per copy), then ``rounds`` super-transitions of ``budget``
     leapfrog steps per copy.
@@ -288,7 +294,7 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
     freezes the bandit at ``initial`` (hand-set HMC with the same super-transitions).
     ``tuning`` overrides :data:`THESIS_TUNING`.
     """
-    product = ProductHMC(models, x0s, None)
+    product = ProductHMC(models, x0s, None, adapt_delta)
     clock = _Clock(product, count_rounds=True)
     start = time.perf_counter()
     tuner, eps_refs, starts, gammas, budget = _bandit(
@@ -309,7 +315,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               loss: str | Callable = "mse", reward_unit: float = 0.1, metric: str = "diag",
               box=None, scale_fraction: float | None = None, jitter: bool = False,
               max_num_steps: int = 1000, callback: Callable | None = None,
-              **tuning) -> ChainResult:
+              adapt_delta: float = 0.8, **tuning) -> ChainResult:
     """One chain of ``tune_and_sample(model, sampler="bandit", ...)``: ``warmup`` then
     ``draws`` HMC iterations of ``model`` in super-transitions of ``budget`` leapfrog
     steps (default 5 × the box's largest L, the thesis's 24000/5020), tuned by the thesis's
@@ -332,7 +338,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     so ESS per gradient charges the reward's copies to the sampler.
 
     ``scale_fraction`` of warmup (default 1/2, 0 with ``metric="identity"`` and a box)
-    is AHMC's scale phase.
+    is AHMC's scale phase, whose dual averaging aims at ``adapt_delta``.
     """
     cv_inputs = {"case_vars": case_vars, "prediction": prediction, "target": target}
     if reward is None:
@@ -358,7 +364,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     if scale_fraction is None:
         scale_fraction = 0.0 if (metric == "identity" and box is not None) else 0.5
     n_scale = int(round(scale_fraction * warmup))
-    product = ProductHMC(models, [x0] * len(models), warmup + draws)
+    product = ProductHMC(models, [x0] * len(models), warmup + draws, adapt_delta)
     clock = _Clock(product, count_rounds=False)
     start = time.perf_counter()
     tuner = None

@@ -195,11 +195,12 @@ def run_am(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: 
 
 def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
             progress: Callable[[int], None], *, num_steps: int | None = None,
-            target_accept: float = 0.65, step_size_jitter: float = 0.0,
+            adapt_delta: float = 0.65, step_size_jitter: float = 0.0,
             block_size: int = 100, max_restarts: int = DEFAULT_MAX_RESTARTS,
             detect_stuck: bool = True) -> ChainResult:
     """HMC-L: ``num_steps`` leapfrog steps (required), identity metric, ε dual-averaged
-    towards ``target_accept`` during warmup and fixed at its average afterwards.
+    towards the acceptance statistic ``adapt_delta`` (Stan's name; default 0.65) during
+    warmup and fixed at its average afterwards.
 
     ``step_size_jitter`` = j > 0 uses ε·U(1 − j, 1 + j) in each iteration (Neal 2011,
     section 5.4.2.2; Stan's ``stepsize_jitter``).  With a fixed εL, a coordinate of scale
@@ -210,6 +211,8 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
     ``max_restarts``, ``detect_stuck``: a chain stuck during warmup restarts it from a
     fresh initial point, as AHMC's scale phase does (:func:`~.ahmc.run_chain`,
     :mod:`ahmc_stan.tuning.stuck`); ``extras["restarts"]`` logs the restarts."""
+    if not 0 < adapt_delta < 1:
+        raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     if num_steps is None or int(num_steps) < 1:
         raise ValueError("the hmc baseline needs num_steps=L, a positive number of "
                          "leapfrog steps (the paper uses 5, 10 or 20)")
@@ -234,7 +237,7 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
             return math.log(max(info.acceptance_rate[0], 1e-300))
 
         eps = initial_step_size(log_accept)
-        averager = DualAveraging(eps, target=target_accept)
+        averager = DualAveraging(eps, target=adapt_delta)
         detector = restarts.detector(len(x0), eps)
         while rec.n < warmup:
             params = HMCParameters(jittered(eps), num_steps, jitter=False)
@@ -247,7 +250,7 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
                 stuck = WarmupStuck(rec.n, reason)
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
                 eps = initial_step_size(log_accept)
-                averager = DualAveraging(eps, target=target_accept)
+                averager = DualAveraging(eps, target=adapt_delta)
                 detector = restarts.detector(len(x0), eps)
             if rec.n % block_size == 0:
                 progress(rec.n)
