@@ -120,6 +120,9 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                         help="a sampler option, e.g. --option metric=identity "
                              "--option 'box=((0.01, 0.2), (1, 100))' (repeatable)")
+    parser.add_argument("--init", metavar="JSON|RADIUS", default=None,
+                        help="initial values: a JSON file for every chain, or a number, "
+                             "the radius of Stan's uniform initialisation (default 2)")
     parser.add_argument("--tuning-figure", metavar="PNG", default=None,
                         help="write the tuner's reward surface and trace to this file")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -130,8 +133,13 @@ def _sample(args: argparse.Namespace) -> int:
 
     model = load_model(args)
     options = dict(_parse_option(o) for o in args.option)
+    init = args.init
+    try:
+        init = float(init) if init is not None else None
+    except ValueError:
+        pass  # a file
     fit = tune_and_sample(model, sampler=args.sampler, chains=args.chains,
-                          warmup=args.warmup, draws=args.draws, seed=args.seed,
+                          warmup=args.warmup, draws=args.draws, seed=args.seed, init=init,
                           progress=not args.no_progress, diagnose=False, **options)
     report(fit, args)
     if fit.incomplete:

@@ -109,6 +109,46 @@ def sampler_options(sampler: str) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def _chain_inits(init, chains: int) -> tuple[list[dict | None], float]:
+    """Per-chain initial values and the radius of Stan's uniform initialisation from
+    ``init`` as cmdstanpy's ``inits`` takes it: ``None``; a number (the radius; 0 starts at
+    zero on the unconstrained scale); a dict, or a JSON file of one, for every chain; or a
+    list of ``chains`` dicts or files, one per chain.  Values not given are drawn by
+    Stan's rule."""
+    import json
+    from pathlib import Path
+
+    def load(value, what):
+        if value is None or isinstance(value, Mapping):
+            return None if value is None else dict(value)
+        if isinstance(value, (str, os.PathLike)):
+            path = Path(value)
+            if not path.is_file():
+                raise ValueError(f"{what}: no such file {str(path)!r}")
+            try:
+                loaded = json.loads(path.read_text())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{what}: {path} is not valid JSON ({err})") from None
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{what}: {path} must hold a JSON object of initial values")
+            return loaded
+        raise ValueError(f"{what} must be a dict of initial values or a JSON file, not "
+                         f"{type(value).__name__}")
+
+    if isinstance(init, numbers.Real) and not isinstance(init, bool):
+        if not (init >= 0 and np.isfinite(init)):
+            raise ValueError(f"init as a number is the radius of the uniform "
+                             f"initialisation and must be >= 0, not {init!r}")
+        return [None] * chains, float(init)
+    if isinstance(init, (list, tuple)):
+        if len(init) != chains:
+            raise ValueError(f"init has {len(init)} entries for {chains} chains; give one "
+                             "per chain, or one dict for all")
+        return [load(v, f"init[{c}]") for c, v in enumerate(init)], 2.0
+    one = load(init, "init")
+    return [one] * chains, 2.0
+
+
 def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
                      options: Mapping[str, Any]) -> None:
     """Every argument and option name checked in the caller's process, before any work,
@@ -143,7 +183,7 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
 
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
              init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
-             options: dict) -> ChainResult:
+             options: dict, radius: float = 2.0) -> ChainResult:
     """One chain, in this process or a worker.  BLAS runs single-threaded inside a chain:
     chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
     oversubscribes the cores — ten times slower on a loaded machine."""
@@ -152,7 +192,7 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
 
     run_chain = SAMPLERS[sampler]()
     rng = np.random.default_rng(seed)
-    x0 = model.initial_point(rng, init)
+    x0 = model.initial_point(rng, init, radius=radius)
     bar = tqdm(total=warmup + draws, desc=f"{sampler} chain {chain + 1}", position=chain,
                disable=not progress, leave=True, mininterval=0.5)
     try:
@@ -224,7 +264,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
 
 def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     warmup: int = 1000, draws: int = 1000, seed: int | None = None,
-                    init: Mapping[str, Any] | None = None, progress: bool = True,
+                    init: Any = None, progress: bool = True,
                     parallel: bool | int | None = None, diagnose: bool = True,
                     **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then keep ``draws``.
@@ -241,16 +281,21 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     AHMC family and of ``hmc``, :mod:`ahmc_stan.tuning.stuck`) raises
     :class:`~ahmc_stan.tuning.stuck.StuckChainError` naming the chain (``"chain 3: ..."``).
 
+    ``init`` as cmdstanpy's ``inits``: a dict of initial values (or a JSON file of one)
+    for every chain, a list of one per chain, or a number, the radius of Stan's uniform
+    initialisation (default 2; 0: zero on the unconstrained scale).
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options)
+    inits, radius = _chain_inits(init, chains)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
     seeds = np.random.SeedSequence(seed).spawn(chains)
     workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
     workers = max(1, min(workers, chains))
-    jobs = [(model, sampler, c, seeds[c], init, warmup, draws, progress, options)
+    jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius)
             for c in range(chains)]
     results: list[ChainResult | None] = [None] * chains
     interrupted = False

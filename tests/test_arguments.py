@@ -90,3 +90,64 @@ def test_cli_misspelt_option_is_one_line(mvn_data, tmp_path, capsys):
     assert status != 0
     assert "unknown option 'adapt_detla' for sampler 'ahmc'; valid options:" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("init, message", [
+    ([{"x": [0, 0, 0]}], r"^init has 1 entries for 2 chains; give one per chain"),
+    (-1, r"^init as a number is the radius .* must be >= 0, not -1$"),
+    ("no_such_inits.json", r"^init: no such file 'no_such_inits.json'$"),
+    ([{"x": [0, 0, 0]}, 3], r"^init\[1\] must be a dict of initial values or a JSON file, "
+                            r"not int$"),
+])
+def test_bad_inits_fail_before_any_work(init, message):
+    with pytest.raises(ValueError, match=message):
+        tune_and_sample(NoWork(), chains=2, progress=False, init=init)
+
+
+def test_inits_per_chain_from_files_and_radius(mvn_model, tmp_path):
+    """``init`` as cmdstanpy's ``inits``: one dict per chain, a JSON file, a number (the
+    radius of the uniform initialisation; 0 is the origin).  The initial point is the
+    first recorded row only if the first transition was rejected, so the points are read
+    where the chains start: ``model.initial_point`` with the chain's seed."""
+    import ahmc_stan.sampling as sampling
+
+    starts = []
+    real = sampling.StanModel.initial_point
+
+    def spy(self, rng, init=None, **kwargs):
+        x = real(self, rng, init, **kwargs)
+        starts.append(x.copy())
+        return x
+
+    path = tmp_path / "init.json"
+    path.write_text(json.dumps({"x": [5.0, 5.0, 5.0]}))
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sampling.StanModel, "initial_point", spy)
+        for init in ([{"x": [1, 2, 3]}, path], 0, str(path)):
+            tune_and_sample(mvn_model, "ahmc", chains=2, warmup=20, draws=5, seed=1,
+                            progress=False, parallel=False, diagnose=False, init=init)
+    np.testing.assert_array_equal(starts[0], [1, 2, 3])
+    np.testing.assert_array_equal(starts[1], [5, 5, 5])
+    np.testing.assert_array_equal(starts[2:4], np.zeros((2, 3)))
+    np.testing.assert_array_equal(starts[4:6], np.full((2, 3), 5.0))
+    with pytest.raises(ValueError, match="must hold a JSON object of initial values"):
+        tune_and_sample(mvn_model, chains=1, progress=False, init=bad)
+
+
+def test_cli_init_file_and_bad_init(mvn_data, tmp_path, capsys):
+    from ahmc_stan.cli import main
+
+    data = tmp_path / "mvn.json"
+    data.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in mvn_data.items()}))
+    common = ["sample", str(stan_model_path("mvn")), "--data", str(data), "--chains", "1",
+              "--warmup", "50", "--draws", "20", "--seed", "1", "--no-progress"]
+    inits = tmp_path / "inits.json"
+    inits.write_text(json.dumps({"x": [0.5, -1.0, 2.0]}))
+    assert main([*common, "--init", str(inits)]) == 0
+    assert main([*common, "--init", "0.5"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--init", str(tmp_path / "missing.json")]) != 0
+    err = capsys.readouterr().err
+    assert "init: no such file" in err and "Traceback" not in err
