@@ -123,6 +123,8 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init", metavar="JSON|RADIUS", default=None,
                         help="initial values: a JSON file for every chain, or a number, "
                              "the radius of Stan's uniform initialisation (default 2)")
+    parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                        help="time budget: stop after S seconds and keep what was drawn")
     parser.add_argument("--tuning-figure", metavar="PNG", default=None,
                         help="write the tuner's reward surface and trace to this file")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -140,10 +142,12 @@ def _sample(args: argparse.Namespace) -> int:
         pass  # a file
     fit = tune_and_sample(model, sampler=args.sampler, chains=args.chains,
                           warmup=args.warmup, draws=args.draws, seed=args.seed, init=init,
+                          max_seconds=args.max_seconds,
                           progress=not args.no_progress, diagnose=False, **options)
     report(fit, args)
     if fit.incomplete:
-        print("(interrupted: the fit holds the draws made so far)")
+        why = "out of time" if fit.metadata.get("out_of_time") else "interrupted"
+        print(f"({why}: the fit holds the draws made so far)")
     if args.tuning_figure:
         fit.plot_tuning(path=args.tuning_figure)
         print(f"wrote {args.tuning_figure}")

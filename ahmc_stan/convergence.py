@@ -236,7 +236,9 @@ def _chains(chains) -> str:
 def _check_incomplete(fit):
     if not fit.incomplete:
         return []
-    return [Problem("incomplete", f"The run was interrupted: the fit holds only the first "
+    why = (f"ran out of its time budget (max_seconds={fit.metadata['max_seconds']:g})"
+           if fit.metadata.get("out_of_time") else "was interrupted")
+    return [Problem("incomplete", f"The run {why}: the fit holds only the first "
                     f"{fit.n_draws} post-warmup draws of each chain.")]
 
 

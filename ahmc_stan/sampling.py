@@ -12,11 +12,15 @@ Ctrl-C stops every chain and returns a Fit of the draws made so far, flagged
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import inspect
 import multiprocessing
 import numbers
 import os
+import signal
+import threading
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -181,12 +185,64 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
                          f"options: {', '.join(sorted(valid)) or 'none'}")
 
 
+class OutOfTime(KeyboardInterrupt):
+    """Raised in a chain when ``max_seconds`` has passed: the samplers stop as on Ctrl-C
+    and return the draws made so far."""
+
+
+@contextlib.contextmanager
+def _deadline(deadline: float | None):
+    """Raise :class:`OutOfTime` in this (main) thread at ``deadline`` (``time.time()``)."""
+    if deadline is None:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise OutOfTime()
+
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("max_seconds with chains run in this process needs the main "
+                         "thread; call from it, or use parallel workers")
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, max(deadline - time.time(), 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _start_clock(max_seconds) -> float | None:
+    """The deadline (``time.time()``) of a call with a ``max_seconds`` budget."""
+    if max_seconds is None:
+        return None
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, numbers.Real) or \
+            not max_seconds > 0:
+        raise ValueError(f"max_seconds must be a positive number, not {max_seconds!r}")
+    if not hasattr(signal, "setitimer"):
+        raise ValueError("max_seconds needs POSIX interval timers (not on this platform)")
+    return time.time() + float(max_seconds)
+
+
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
              init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
-             options: dict, radius: float = 2.0) -> ChainResult:
+             options: dict, radius: float = 2.0, deadline: float | None = None
+             ) -> ChainResult | None:
     """One chain, in this process or a worker.  BLAS runs single-threaded inside a chain:
     chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
-    oversubscribes the cores — ten times slower on a loaded machine."""
+    oversubscribes the cores — ten times slower on a loaded machine.  At ``deadline`` the
+    chain stops and returns what it has (``None`` if it had not started sampling)."""
+    if deadline is not None and time.time() >= deadline:
+        return None
+    try:
+        with _deadline(deadline):
+            return _run_chain(model, sampler, chain, seed, init, warmup, draws, progress,
+                              options, radius)
+    except OutOfTime:  # before the sampler's own loop caught it
+        return None
+
+
+def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
     from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
@@ -266,7 +322,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     warmup: int = 1000, draws: int = 1000, seed: int | None = None,
                     init: Any = None, progress: bool = True,
                     parallel: bool | int | None = None, diagnose: bool = True,
-                    **options) -> Fit:
+                    max_seconds: float | None = None, **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then keep ``draws``.
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
@@ -285,17 +341,24 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     for every chain, a list of one per chain, or a number, the radius of Stan's uniform
     initialisation (default 2; 0: zero on the unconstrained scale).
 
+    ``max_seconds``: a time budget for the whole call.  When it runs out every chain stops
+    as on Ctrl-C and the Fit holds the draws made so far, flagged ``incomplete`` with
+    ``metadata["out_of_time"]`` set (chains run one after another that had not started
+    are left out).
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options)
     inits, radius = _chain_inits(init, chains)
+    deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
     seeds = np.random.SeedSequence(seed).spawn(chains)
     workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
     workers = max(1, min(workers, chains))
-    jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius)
+    jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius,
+             deadline)
             for c in range(chains)]
     results: list[ChainResult | None] = [None] * chains
     interrupted = False
@@ -331,10 +394,18 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     raise f.exception()
                 results[c] = f.result()
     done = [r for r in results if r is not None]
+    out_of_time = deadline is not None and time.time() >= deadline and (
+        len(done) < chains or any(r.interrupted for r in done))
     if not done:
+        if out_of_time:
+            raise TimeoutError(f"max_seconds={max_seconds} ran out before any chain "
+                               "produced a draw")
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
                     interrupted or len(done) < chains)
+    if out_of_time:
+        fit.metadata["out_of_time"] = True
+        fit.metadata["max_seconds"] = float(max_seconds)
     if diagnose:
         from .convergence import warn_if_problems
 

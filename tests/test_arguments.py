@@ -151,3 +151,42 @@ def test_cli_init_file_and_bad_init(mvn_data, tmp_path, capsys):
     assert main([*common, "--init", str(tmp_path / "missing.json")]) != 0
     err = capsys.readouterr().err
     assert "init: no such file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("parallel", [False, 2])
+def test_max_seconds_returns_the_draws_made_flagged(mvn_model, parallel):
+    """A time budget far shorter than the run: the Fit holds what was drawn, flagged
+    incomplete and out of time, and the diagnosis says why.  With 3 chains on 2 workers
+    (or one after another) the chain that never started is left out."""
+    from ahmc_stan import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match=r"ran out of its time budget "
+                                                r"\(max_seconds=4\)"):
+        fit = tune_and_sample(mvn_model, "ahmc", chains=3, warmup=100, draws=10**6, seed=1,
+                              progress=False, parallel=parallel, max_seconds=4)
+    assert fit.incomplete and fit.metadata["out_of_time"]
+    assert 1 <= fit.chains <= 2 and 0 < fit.n_draws < 10**6
+    assert np.isfinite(fit.draws).all()
+
+
+def test_max_seconds_is_checked(mvn_model):
+    for bad in (0, -1, "10"):
+        with pytest.raises(ValueError, match=r"^max_seconds must be a positive number"):
+            tune_and_sample(mvn_model, chains=1, progress=False, max_seconds=bad)
+    fit = tune_and_sample(mvn_model, chains=1, warmup=50, draws=20, seed=1, progress=False,
+                          diagnose=False, max_seconds=600)
+    assert not fit.incomplete and "out_of_time" not in fit.metadata
+
+
+def test_cli_max_seconds(mvn_data, tmp_path, capsys):
+    from ahmc_stan.cli import main
+
+    data = tmp_path / "mvn.json"
+    data.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in mvn_data.items()}))
+    status = main(["sample", str(stan_model_path("mvn")), "--data", str(data), "--chains",
+                   "2", "--warmup", "100", "--draws", "1000000", "--seed", "1",
+                   "--no-progress", "--max-seconds", "4"])
+    assert status == 0
+    out = capsys.readouterr()
+    assert "(out of time: the fit holds the draws made so far)" in out.out
+    assert "time budget (max_seconds=4)" in out.err
