@@ -249,11 +249,42 @@ class Fit:
         return self._equivalents(self.n_eval_sampling)
 
     def column(self, name: str) -> np.ndarray:
-        """The ``(chains, draws)`` draws of one column, by name (``M.1.2``)."""
+        """The ``(chains, draws)`` draws of one column, by name: ``M.1.2`` or Stan's
+        ``M[1,2]``."""
         try:
-            return self.draws[:, :, self.param_names.index(name)]
+            return self.draws[:, :, self.param_names.index(flat_name(name))]
         except ValueError:
             raise KeyError(f"no column {name!r}") from None
+
+    def stan_variables(self) -> dict[str, np.ndarray]:
+        """Every variable as an array ``(chains, draws, *dims)`` (the columns ``a.i.j``
+        gathered into ``a[i-1, j-1]``, as in :meth:`to_arviz`)."""
+        return _gather(self.draws, self.param_names)
+
+    def stan_variable(self, name: str) -> np.ndarray:
+        """One variable's draws shaped ``(chains, draws, *dims)``, as cmdstanpy's
+        ``stan_variable`` but keeping the chain axis."""
+        variables = self.stan_variables()
+        if name not in variables:
+            raise KeyError(f"no variable {name!r}; the fit has {', '.join(variables)}")
+        return variables[name]
+
+    def draws_pd(self) -> "pandas.DataFrame":  # noqa: F821
+        """The post-warmup draws as one table, as cmdstanpy's ``draws_pd``: ``chain__``,
+        ``iter__`` (1-based, within the chain), ``draw__`` (1-based, over all chains), the
+        sampler statistics (``name__``) and the columns under Stan's names
+        (``theta[1]``, ``L[2,1]``)."""
+        import pandas as pd
+
+        chains, n = self.chains, self.n_draws
+        table = {"chain__": np.repeat(np.arange(1, chains + 1), n),
+                 "iter__": np.tile(np.arange(1, n + 1), chains),
+                 "draw__": np.arange(1, chains * n + 1)}
+        for stat, values in self.sampler_stats.items():
+            table[f"{stat}__"] = np.asarray(values).reshape(-1)
+        for j, name in enumerate(self.param_names):
+            table[stan_name(name)] = self.draws[:, :, j].reshape(-1)
+        return pd.DataFrame(table)
 
     def diagnose(self) -> "Diagnosis":  # noqa: F821
         """Stan-grade convergence checks (R-hat, ESS, divergences, stuck chains, E-BFMI,
@@ -272,10 +303,11 @@ class Fit:
         return self._diag_cache
 
     def summary(self) -> "pandas.DataFrame":  # noqa: F821
-        """Per-column mean, sd, MCSE, bulk/tail ESS and rank-normalised split R-hat (ArviZ).
+        """Per-column mean, sd, MCSE, bulk/tail ESS and rank-normalised split R-hat
+        (ArviZ), and the 5 %, 50 % and 95 % quantiles (as cmdstanpy's summary).
 
         Indexed by column name; columns ``mean, sd, mcse_mean, mcse_sd, ess_bulk,
-        ess_tail, r_hat``.
+        ess_tail, r_hat, 5%, 50%, 95%``.
         """
         import pandas as pd
 
@@ -288,6 +320,8 @@ class Fit:
             "mean": flat.mean(axis=0), "sd": sd, "mcse_mean": d["mcse_mean"],
             "mcse_sd": d["mcse_sd"], "ess_bulk": d["ess_bulk"], "ess_tail": d["ess_tail"],
             "r_hat": d["r_hat"],
+            **{f"{q}%": (np.quantile(flat, q / 100, axis=0) if flat.shape[0] else
+                         np.full(flat.shape[1], np.nan)) for q in (5, 50, 95)},
         }, index=pd.Index(self.param_names, name="param"))
 
     def efficiency(self) -> dict[str, float]:
@@ -513,6 +547,20 @@ def _from_json(obj: Any) -> Any:
 
 
 _INDEXED = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)((?:\.\d+)+)$")
+
+
+def stan_name(name: str) -> str:
+    """Stan's name of a column: ``L.2.1`` → ``L[2,1]`` (others unchanged)."""
+    m = _INDEXED.match(name)
+    return name if m is None else f"{m.group(1)}[{m.group(2)[1:].replace('.', ',')}]"
+
+
+def flat_name(name: str) -> str:
+    """Our column name of Stan's: ``M[1,2]`` (cmdstanpy, Stan) or ``M.1.2`` → ``M.1.2``."""
+    m = re.fullmatch(r"(.+?)\[([\d,\s]+)\]", name)
+    if m:
+        return m.group(1) + "." + ".".join(i.strip() for i in m.group(2).split(","))
+    return name
 
 
 def _gather(values: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:

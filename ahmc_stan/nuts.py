@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .compiler import StanCompileError, _sha256, _stan_sources, cache_dir
-from .fit import Fit
+from .fit import Fit, flat_name
 
 __all__ = ["run_nuts", "compile_cmdstan_model", "CmdStanCompileError", "cmdstan_version"]
 
@@ -276,14 +276,6 @@ def _checked(fit: Fit, diagnose: bool) -> Fit:
     return fit
 
 
-def _flat_name(name: str) -> str:
-    """CmdStan ``M[1,2]`` (cmdstanpy) or ``M.1.2`` (CSV) → ``M.1.2``."""
-    m = re.fullmatch(r"(.+?)\[([\d,\s]+)\]", name)
-    if m:
-        return m.group(1) + "." + ".".join(i.strip() for i in m.group(2).split(","))
-    return name
-
-
 def _fit_from_cmdstanpy(model, mcmc, warmup: int, metadata: dict, keep_csv: bool) -> Fit:
     columns = list(mcmc.column_names)
     values = np.asarray(mcmc.draws(inc_warmup=True))  # (iterations, chains, columns)
@@ -325,7 +317,7 @@ def _csv_times(text: str) -> dict[str, float]:
 
 def _build_fit(model, columns: list[str], warm: np.ndarray, samp: np.ndarray,
                times: list[dict[str, float]], metadata: dict, incomplete: bool) -> Fit:
-    index = {_flat_name(c): i for i, c in enumerate(columns)}
+    index = {flat_name(c): i for i, c in enumerate(columns)}
     block = model.param_names()
     everything = model.param_names(include_tp=True, include_gq=True)
     names = block + [n for n in everything if n not in set(block)]

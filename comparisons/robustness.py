@@ -91,7 +91,8 @@ class CmdStanOnlyModel:
         import tempfile
 
         from ahmc_stan.model import _data_json
-        from ahmc_stan.nuts import _flat_name, compile_cmdstan_model
+        from ahmc_stan.fit import flat_name
+        from ahmc_stan.nuts import compile_cmdstan_model
 
         self.stan_file = Path(stan_file).resolve()
         self.data_json = _data_json(data)
@@ -103,7 +104,7 @@ class CmdStanOnlyModel:
             data_file.write_text(self.data_json)
             run = exe.sample(data=str(data_file), chains=1, iter_warmup=0, iter_sampling=1,
                              fixed_param=True, output_dir=tmp, show_progress=False, seed=1)
-            columns = [_flat_name(c) for c in run.column_names]
+            columns = [flat_name(c) for c in run.column_names]
         blocks = {b: set(info.get(b, {})) for b in
                   ("parameters", "transformed parameters", "generated quantities")}
 

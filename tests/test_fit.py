@@ -192,6 +192,32 @@ def test_to_arviz_reshapes_matrix_and_names_stats():
                                                        rel=1e-6)
 
 
+def test_stan_names_accessors_and_quantiles():
+    """cmdstanpy's surface: columns by Stan's name, shaped variables, draws_pd with Stan's
+    names, 5 %/50 %/95 % quantiles in summary()."""
+    fit = matrix_fit()
+    np.testing.assert_array_equal(fit.column("M[2,3]"), fit.column("M.2.3"))
+    np.testing.assert_array_equal(fit.column("M[2, 3]"), fit.column("M.2.3"))
+    with pytest.raises(KeyError, match="no column 'M\\[3,1\\]'"):
+        fit.column("M[3,1]")
+    m = fit.stan_variable("M")
+    assert m.shape == (2, 50, 2, 3)
+    np.testing.assert_array_equal(m[:, :, 1, 0], fit.column("M.2.1"))
+    assert fit.stan_variable("sigma").shape == (2, 50)
+    assert set(fit.stan_variables()) == {"sigma", "p", "M", "sigma_sq"}
+    with pytest.raises(KeyError, match="no variable 'theta'; the fit has"):
+        fit.stan_variable("theta")
+    df = fit.draws_pd()
+    assert len(df) == 100 and list(df.columns[:3]) == ["chain__", "iter__", "draw__"]
+    assert "M[2,1]" in df.columns and "n_grad__" in df.columns
+    np.testing.assert_array_equal(df.loc[df.chain__ == 2, "M[2,1]"], fit.column("M.2.1")[1])
+    assert df.iter__.iloc[50] == 1 and df.draw__.iloc[-1] == 100
+    s = fit.summary()
+    flat = fit.column("sigma").reshape(-1)
+    for q in (5, 50, 95):
+        assert s.loc["sigma", f"{q}%"] == pytest.approx(np.quantile(flat, q / 100))
+
+
 def test_to_arviz_keeps_unparseable_names_flat():
     rng = np.random.default_rng(6)
     names = ["z.real", "z.imag", "t:1", "v.1", "v.3"]  # complex, tuple, a gappy vector
