@@ -248,6 +248,28 @@ class Fit:
         """Sampling evaluations of every kind in gradients (module docstring)."""
         return self._equivalents(self.n_eval_sampling)
 
+    @property
+    def step_size(self) -> np.ndarray:
+        """Each chain's step size at its last draw (``nan`` where the sampler records
+        none), as cmdstanpy's ``step_size``."""
+        values = self.sampler_stats["step_size"]
+        if values.shape[1] == 0:
+            return np.full(self.chains, math.nan)
+        return np.asarray(values[:, -1], dtype=float)
+
+    @property
+    def inv_metric(self) -> list[np.ndarray | None] | None:
+        """Each chain's adapted inverse metric (a vector: diagonal; a matrix: dense;
+        ``None``: identity or a sampler without one), as cmdstanpy's ``metric``; ``None``
+        if the fit does not record it."""
+        if "inv_metric" in self.metadata:  # CmdStan's NUTS: one row (or matrix) per chain
+            return [np.asarray(m, dtype=float) for m in self.metadata["inv_metric"]]
+        chains = self.metadata.get("chains")
+        if not chains:
+            return None
+        return [None if c.get("inv_metric") is None else np.asarray(c["inv_metric"], float)
+                for c in chains]
+
     def column(self, name: str) -> np.ndarray:
         """The ``(chains, draws)`` draws of one column, by name: ``M.1.2`` or Stan's
         ``M[1,2]``."""

@@ -364,3 +364,16 @@ def test_to_markdown():
     # plain frames too
     plain = to_markdown(pd.DataFrame({"x": [1.0, 2.5], "y": ["u", "v"]}), index=False)
     assert plain.splitlines()[2] == "|   1 | u   |"
+
+
+def test_step_size_and_inv_metric_per_chain():
+    fit = matrix_fit()
+    np.testing.assert_array_equal(fit.step_size, fit.sampler_stats["step_size"][:, -1])
+    # CmdStan's layout: metadata["inv_metric"] has one row per chain
+    assert [m.tolist() for m in fit.inv_metric] == fit.metadata["inv_metric"].tolist()
+    ours = Fit(fit.draws, fit.param_names, fit.sampler_stats, n_params=8,
+               metadata={"chains": [{"inv_metric": np.ones(8)}, {"inv_metric": None}]})
+    assert ours.inv_metric[0].tolist() == [1.0] * 8 and ours.inv_metric[1] is None
+    bare = Fit(fit.draws, fit.param_names,
+               {**fit.sampler_stats, "step_size": np.full((2, 50), np.nan)}, n_params=8)
+    assert bare.inv_metric is None and np.isnan(bare.step_size).all()
