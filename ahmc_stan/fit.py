@@ -415,8 +415,13 @@ class Fit:
 
     # ---- ArviZ -----------------------------------------------------------------------
 
-    def to_arviz(self) -> "arviz.InferenceData":  # noqa: F821
-        """InferenceData with ``posterior`` and ``sample_stats`` (and their warmup groups).
+    def to_arviz(self, observed_data: Mapping[str, Any] | None = None,
+                 log_likelihood: str | None = "log_lik") -> "arviz.InferenceData":  # noqa: F821
+        """InferenceData with ``posterior`` and ``sample_stats`` (and their warmup groups);
+        a variable named ``log_likelihood`` (default ``log_lik``, Stan's convention), if the
+        fit has one, is also the ``log_likelihood`` group, so that ``arviz.loo`` and
+        ``arviz.waic`` work; ``observed_data`` (e.g. the model's data dict) becomes that
+        group.
 
         Flat columns ``a.i.j`` are gathered into one variable ``a`` with dims
         ``a_dim_0, a_dim_1`` (sizes from the largest index), ``a[i, j]`` = column
@@ -432,9 +437,14 @@ class Fit:
             kw["warmup_posterior"] = _gather(self.warmup_draws, self.param_names)
         if self.warmup_sampler_stats is not None:
             kw["warmup_sample_stats"] = _arviz_stats(self.warmup_sampler_stats)
+        if log_likelihood and log_likelihood in posterior:
+            kw["log_likelihood"] = {log_likelihood: posterior[log_likelihood]}
+        if observed_data is not None:
+            kw["observed_data"] = {k: np.asarray(v) for k, v in observed_data.items()}
         attrs = {"sampler": self.sampler, "incomplete": int(self.incomplete)}
         return az.from_dict(posterior=posterior, sample_stats=stats,
-                            save_warmup=bool(kw), attrs=attrs, **kw)
+                            save_warmup="warmup_posterior" in kw
+                            or "warmup_sample_stats" in kw, attrs=attrs, **kw)
 
     # ---- persistence -------------------------------------------------------------------
 

@@ -377,3 +377,25 @@ def test_step_size_and_inv_metric_per_chain():
     bare = Fit(fit.draws, fit.param_names,
                {**fit.sampler_stats, "step_size": np.full((2, 50), np.nan)}, n_params=8)
     assert bare.inv_metric is None and np.isnan(bare.step_size).all()
+
+
+def test_to_arviz_log_likelihood_and_observed_data_make_loo_work():
+    """A ``log_lik`` generated quantity becomes the log_likelihood group: ``arviz.loo``
+    runs on it: elpd_loo = lppd − p_loo, lppd = Σ_i log mean_s exp(log_lik[s, i]), and
+    with one parameter the effective number of parameters p_loo is about 1."""
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=20)
+    mu = rng.normal(0, 0.2, size=(2, 500))
+    log_lik = -0.5 * (y[None, None, :] - mu[:, :, None]) ** 2 - 0.5 * np.log(2 * np.pi)
+    draws = np.concatenate([mu[:, :, None], log_lik], axis=2)
+    names = ["mu"] + [f"log_lik.{i + 1}" for i in range(20)]
+    st = stats(2, 500, rng=rng)
+    fit = Fit(draws, names, st, n_params=1, sampler="ahmc")
+    idata = fit.to_arviz(observed_data={"y": y})
+    assert idata.log_likelihood["log_lik"].shape == (2, 500, 20)
+    np.testing.assert_array_equal(idata.observed_data["y"].values, y)
+    loo = az.loo(idata)
+    lppd = np.sum(np.log(np.mean(np.exp(log_lik.reshape(-1, 20)), axis=0)))
+    assert loo.elpd_loo == pytest.approx(lppd - loo.p_loo, abs=1e-6)
+    assert 0.2 < loo.p_loo < 2
+    assert "log_likelihood" not in matrix_fit().to_arviz().groups()
