@@ -278,6 +278,17 @@ class Fit:
         except ValueError:
             raise KeyError(f"no column {name!r}") from None
 
+    def chain_draws(self, chain: int) -> np.ndarray:
+        """All post-warmup draws ``(n, columns)`` of one chain (0-based), those beyond
+        the common length of an interrupted run's chains included
+        (``metadata["extra_draws"]``); ``draws`` and every summary use the common
+        length."""
+        extra = self.metadata.get("extra_draws")
+        own = self.draws[chain]
+        if not extra:
+            return own
+        return np.concatenate([own, np.asarray(extra[chain], float).reshape(-1, own.shape[1])])
+
     def stan_variables(self) -> dict[str, np.ndarray]:
         """Every variable as an array ``(chains, draws, *dims)`` (the columns ``a.i.j``
         gathered into ``a[i-1, j-1]``, as in :meth:`to_arviz`)."""

@@ -185,6 +185,24 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
                          f"options: {', '.join(sorted(valid)) or 'none'}")
 
 
+_CHAIN_RUNNING = False
+_STOPPED = False
+
+
+def _worker_sigint(signum, frame):
+    """SIGINT in a worker process: a running chain stops and returns its draws (the
+    samplers catch KeyboardInterrupt); an idle worker does not die (that would break the
+    pool and lose the other workers' chains); no chain starts in the worker afterwards."""
+    global _STOPPED
+    _STOPPED = True
+    if _CHAIN_RUNNING:
+        raise KeyboardInterrupt
+
+
+def _init_worker():
+    signal.signal(signal.SIGINT, _worker_sigint)
+
+
 class OutOfTime(KeyboardInterrupt):
     """Raised in a chain when ``max_seconds`` has passed: the samplers stop as on Ctrl-C
     and return the draws made so far."""
@@ -232,14 +250,18 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
     chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
     oversubscribes the cores — ten times slower on a loaded machine.  At ``deadline`` the
     chain stops and returns what it has (``None`` if it had not started sampling)."""
-    if deadline is not None and time.time() >= deadline:
+    global _CHAIN_RUNNING
+    if _STOPPED or deadline is not None and time.time() >= deadline:
         return None
+    _CHAIN_RUNNING = True
     try:
         with _deadline(deadline):
             return _run_chain(model, sampler, chain, seed, init, warmup, draws, progress,
                               options, radius)
     except OutOfTime:  # before the sampler's own loop caught it
         return None
+    finally:
+        _CHAIN_RUNNING = False
 
 
 def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
@@ -286,8 +308,17 @@ def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> d
 
 def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: int,
               warmup: int, draws: int, options: dict, interrupted: bool) -> Fit:
-    """Constrain the chains' positions and stack them into a Fit; interrupted chains are
-    cut to the length all chains reached."""
+    """Constrain the chains' positions and stack them into a Fit.  After an interruption
+    chains may have different lengths: chains that had not finished warmup are left out
+    when others have post-warmup draws (``metadata["dropped_chains"]``); the Fit's
+    arrays hold the draws all kept chains reached, and each chain's draws beyond that
+    are kept in ``metadata["extra_draws"]`` (:meth:`Fit.chain_draws` gives a chain's
+    whole run)."""
+    dropped = []
+    if any(r.n_warmup == warmup and r.n_sampling > 0 for r in results):
+        dropped = [{"chain": r.extras.get("chain"), "warmup_iterations": r.n_warmup}
+                   for r in results if not (r.n_warmup == warmup and r.n_sampling > 0)]
+        results = [r for r in results if r.n_warmup == warmup and r.n_sampling > 0]
     n_warm = min(r.n_warmup for r in results)
     n_samp = min(r.n_sampling for r in results) if n_warm == warmup else 0
     names = model.param_names(include_tp=True, include_gq=True)
@@ -301,8 +332,16 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     stack = lambda rows: np.array([constrained(r, rows, s) for r, s in zip(results, gq_rngs)])
     stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
                           for k in results[0].stats}
-    incomplete = interrupted or any(r.interrupted for r in results) or n_samp < draws
+    incomplete = interrupted or any(r.interrupted for r in results) or n_samp < draws \
+        or bool(dropped)
     warm_stats, samp_stats = stats(warm_rows), stats(samp_rows)
+    ragged = {}
+    if any(r.n_sampling > n_samp for r in results) or dropped:
+        tail_rngs = np.random.SeedSequence([seed, 2]).spawn(len(results))
+        ragged = {"dropped_chains": dropped, "extra_draws": [
+            constrained(r, slice(warmup + n_samp, warmup + r.n_sampling), s)
+            if r.n_sampling > n_samp else np.empty((0, len(names)))
+            for r, s in zip(results, tail_rngs)]}
     return Fit(
         stack(samp_rows).reshape(len(results), n_samp, len(names)), names, samp_stats,
         n_params=len(model.param_names()),
@@ -314,7 +353,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
         sampler=sampler, incomplete=incomplete,
         metadata={"seed": seed, "warmup": warmup, "draws": draws, "options": {
             k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
-            "chains": [r.extras for r in results]},
+            "chains": [r.extras for r in results], **ragged},
     )
 
 
@@ -375,7 +414,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
         # fork: no `if __name__ == "__main__"` needed in user scripts; the model library
         # is reloaded from the cache in each worker (StanModel pickles as its arguments).
         ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx,
+                                    initializer=_init_worker) as pool:
             futures = [pool.submit(_run_one, *job) for job in jobs]
             try:
                 cf.wait(futures)
@@ -394,6 +434,9 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     raise f.exception()
                 results[c] = f.result()
     done = [r for r in results if r is not None]
+    for c, r in enumerate(results):
+        if r is not None:
+            r.extras["chain"] = c + 1
     out_of_time = deadline is not None and time.time() >= deadline and (
         len(done) < chains or any(r.interrupted for r in done))
     if not done:

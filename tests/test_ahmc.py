@@ -259,3 +259,69 @@ def test_adapt_delta_sets_the_scale_phase_target(mvn_model):
     with pytest.raises(ValueError, match=r"adapt_delta must be in \(0, 1\), not 1.2"):
         tune_and_sample(mvn_model, "ahmc", chains=1, warmup=100, draws=10, seed=1,
                         progress=False, parallel=False, adapt_delta=1.2)
+
+
+def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
+    """3 chains on 2 workers, Ctrl-C while chain 3 runs alone and the other worker is
+    idle: the idle worker used to die of the SIGINT, break the pool and lose chain 3.  Now
+    all three chains are kept: the arrays hold the common length, chains 1–2 keep their
+    other draws in ``chain_draws``."""
+    script = textwrap.dedent(f"""
+        import os, signal, ahmc_stan
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
+        def report(rec):  # one write per line: the workers' lines never interleave
+            os.write(1, f"BLOCK {{os.getpid()}} {{id(rec)}} {{rec.n}}\\n".encode())
+        print("READY", flush=True)
+        fit = ahmc_stan.tune_and_sample(
+            model, chains=3, warmup=200, draws=20000, seed=1, progress=False, parallel=2,
+            block_size=5, metric="identity", box=((0.01, 0.02), (50, 100)),
+            diagnose=False, callback=report)
+        print("RESULT", fit.incomplete, fit.chains, fit.n_draws,
+              [len(fit.chain_draws(c)) for c in range(fit.chains)], flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "READY"
+    recorders, sent, out = [], False, []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("RESULT") or sent:
+            continue
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "BLOCK":
+            key = (parts[1], parts[2])
+            if key not in recorders:
+                recorders.append(key)
+            if len(recorders) == 3 and key == recorders[2] and int(parts[3]) > 4000:
+                os.killpg(proc.pid, signal.SIGINT)  # chain 3 alone, one worker idle
+                sent = True
+    proc.wait(timeout=120)
+    text = "".join(out)
+    assert sent and proc.returncode == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    result = [l for l in out if l.startswith("RESULT")][0].split(maxsplit=4)
+    assert result[1] == "True" and result[2] == "3"
+    n_common, lengths = int(result[3]), eval(result[4])
+    assert 4000 - 200 < n_common < 20000
+    assert lengths[:2] == [20000, 20000] and lengths[2] == n_common
+
+
+def test_interrupt_in_a_later_chains_warmup_keeps_the_finished_chains(gauss2d):
+    """Ctrl-C while chain 3 (run after chains 1–2) is in warmup: chains 1–2 keep all
+    their draws, chain 3 is left out and named (it used to cut every chain to 0 draws)."""
+    recorders = []
+
+    def interrupt_chain3_warmup(rec):
+        if rec not in recorders:
+            recorders.append(rec)
+        if len(recorders) == 3 and rec.n >= 100:
+            raise KeyboardInterrupt
+
+    fit = tune_and_sample(gauss2d, chains=3, warmup=200, draws=300, seed=4, progress=False,
+                          parallel=False, block_size=10, callback=interrupt_chain3_warmup,
+                          diagnose=False)
+    assert fit.incomplete and fit.chains == 2 and fit.n_draws == 300
+    assert [d["chain"] for d in fit.metadata["dropped_chains"]] == [3]
+    assert 100 <= fit.metadata["dropped_chains"][0]["warmup_iterations"] < 200
+    assert [c["chain"] for c in fit.metadata["chains"]] == [1, 2]
