@@ -264,19 +264,61 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
         _CHAIN_RUNNING = False
 
 
+class ChainProgress:
+    """A chain's progress, ``progress(n)`` after ``n`` iterations: a tqdm bar that names
+    the phase (``warmup``/``sampling``) on a terminal; elsewhere (CI logs, files) a plain
+    line at every 10 % instead of escape sequences."""
+
+    def __init__(self, label: str, warmup: int, draws: int, position: int = 0,
+                 enabled: bool = True, stream=None):
+        import sys
+
+        from tqdm.auto import tqdm
+
+        self.label, self.warmup, self.total = label, warmup, warmup + draws
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = enabled
+        self.phase, self.next_percent = None, 10
+        tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.bar = tqdm(total=self.total, desc=f"{label} ({self._phase(0)})",
+                        position=position, leave=True, mininterval=0.5,
+                        file=self.stream) if tty else None
+        if self.bar is not None:
+            self.phase = self._phase(0)
+
+    def _phase(self, n: int) -> str:
+        return "warmup" if n < self.warmup else "sampling"
+
+    def __call__(self, n: int) -> None:
+        phase = self._phase(n)
+        if self.bar is not None:
+            if phase != self.phase:
+                self.bar.set_description(f"{self.label} ({phase})", refresh=False)
+            self.bar.update(n - self.bar.n)
+        elif self.enabled and self.total:
+            percent = 100 * n // self.total
+            if percent >= self.next_percent or (phase != self.phase and n):
+                self.stream.write(f"{self.label}: {phase} {n}/{self.total} ({percent}%)\n")
+                self.stream.flush()  # one write a line: parallel chains do not interleave
+                self.next_percent = (percent // 10 + 1) * 10
+        self.phase = phase
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
     from threadpoolctl import threadpool_limits
-    from tqdm.auto import tqdm
 
     run_chain = SAMPLERS[sampler]()
     rng = np.random.default_rng(seed)
     x0 = model.initial_point(rng, init, radius=radius)
-    bar = tqdm(total=warmup + draws, desc=f"{sampler} chain {chain + 1}", position=chain,
-               disable=not progress, leave=True, mininterval=0.5)
+    bar = ChainProgress(f"{sampler} chain {chain + 1}", warmup, draws, position=chain,
+                        enabled=progress)
     try:
         with threadpool_limits(limits=1, user_api="blas"):
-            return run_chain(model, rng, x0, warmup, draws, lambda n: bar.update(n - bar.n),
-                             **options)
+            return run_chain(model, rng, x0, warmup, draws, bar, **options)
     except StuckChainError as err:  # name the chain (1-based, as the progress bars)
         raise err.for_chain(chain + 1) from None
     finally:

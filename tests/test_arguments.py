@@ -190,3 +190,36 @@ def test_cli_max_seconds(mvn_data, tmp_path, capsys):
     out = capsys.readouterr()
     assert "(out of time: the fit holds the draws made so far)" in out.out
     assert "time budget (max_seconds=4)" in out.err
+
+
+def test_progress_moves_through_every_phase_as_plain_lines(mvn_model, capsys):
+    """Outside a terminal (pytest's captured stderr, CI logs) progress is plain lines at
+    every 10 % naming the phase; AHMC's scale phase (the first half of warmup) reports
+    too, where the bar used to sit at 0 %."""
+    tune_and_sample(mvn_model, "ahmc", chains=1, warmup=400, draws=400, seed=1,
+                    progress=True, parallel=False, diagnose=False)
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("ahmc chain 1:")]
+    assert "\x1b" not in "".join(lines) and "\r" not in "".join(lines)
+    counts = [int(l.split()[4].split("/")[0]) for l in lines]
+    assert counts == sorted(counts) and counts[-1] == 800
+    phases = [l.split()[3] for l in lines]
+    assert phases.count("warmup") >= 3 and "sampling" in phases
+    assert any(0 < n < 200 for n in counts)  # inside the scale phase
+
+
+def test_progress_bar_on_a_terminal_names_the_phase():
+    import io
+
+    from ahmc_stan.sampling import ChainProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    bar = ChainProgress("ahmc chain 2", 10, 10, stream=out)
+    bar(5)
+    bar(15)
+    bar.close()
+    text = out.getvalue()
+    assert "ahmc chain 2 (warmup)" in text and "ahmc chain 2 (sampling)" in text

@@ -65,10 +65,10 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
-                 adapt_delta: float = 0.8):
+                 adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None):
     """Phase 1: dual averaging of ε towards the acceptance statistic ``adapt_delta`` at a
     path length of ~1 and Stan's metric windows (none when ``metric`` is an array: a fixed
-    inverse metric).  With ``restarts`` (a
+    inverse metric); ``progress(rec.n)`` every 25 iterations.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`."""
     dims = len(state.position)
@@ -96,6 +96,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                                      float(info.logdensity[0]))
             if reason is not None:
                 raise WarmupStuck(it + 1, reason)
+        if progress is not None and (it + 1) % 25 == 0:
+            progress(rec.n)
         if it + 1 in window_start:
             start = window_start[it + 1]
             inv_metric = regularized_inv_metric(rec.positions_since(start),
@@ -197,7 +199,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             try:
                 state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
                                                           rec, max_num_steps, restarts,
-                                                          adapt_delta)
+                                                          adapt_delta, progress)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
