@@ -339,8 +339,8 @@ class Fit:
         """Per-column mean, sd, MCSE, bulk/tail ESS and rank-normalised split R-hat
         (ArviZ), and the 5 %, 50 % and 95 % quantiles (as cmdstanpy's summary).
 
-        Indexed by column name; columns ``mean, sd, mcse_mean, mcse_sd, ess_bulk,
-        ess_tail, r_hat, 5%, 50%, 95%``.
+        Indexed by Stan's names (``theta[1]``, ``L[2,1]``); columns ``mean, sd,
+        mcse_mean, mcse_sd, ess_bulk, ess_tail, r_hat, 5%, 50%, 95%``.
         """
         import pandas as pd
 
@@ -355,7 +355,7 @@ class Fit:
             "r_hat": d["r_hat"],
             **{f"{q}%": (np.quantile(flat, q / 100, axis=0) if flat.shape[0] else
                          np.full(flat.shape[1], np.nan)) for q in (5, 50, 95)},
-        }, index=pd.Index(self.param_names, name="param"))
+        }, index=pd.Index([stan_name(n) for n in self.param_names], name="param"))
 
     def efficiency(self) -> dict[str, float]:
         """ESS over the parameters-block columns and its cost in gradients and seconds.

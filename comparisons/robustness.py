@@ -145,9 +145,10 @@ def reference_path(name: str) -> Path:
 
 
 def _summary_columns(fit) -> dict:
+    """Summary rows keyed by our column names (``theta.1``), as the references are."""
     s = fit.summary()
     out = {}
-    for name, row in s.iterrows():
+    for name, (_, row) in zip(fit.param_names, s.iterrows()):
         out[name] = {k: _finite(row[k]) for k in
                      ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")}
     return out
@@ -294,6 +295,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
     stage = "compile"
     try:
         from ahmc_stan import run_nuts, tune_and_sample
+        from ahmc_stan.fit import stan_name
 
         data = entry.data()
         # NUTS needs only CmdStan: it runs even when our library cannot build the model
@@ -331,7 +333,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
             r = ref["columns"].get(c)
             if r is None:
                 raise KeyError(f"the reference of {model_name} has no column {c!r}")
-            e = s.loc[c]
+            e = s.loc[stan_name(c)]
             cols[c] = {
                 "mean": _finite(e["mean"]), "sd": _finite(e["sd"]),
                 "mcse_mean": _finite(e["mcse_mean"]), "mcse_sd": _finite(e["mcse_sd"]),

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from ahmc_stan import Fit, load_fit, run_nuts
+from ahmc_stan.fit import stan_name
 from ahmc_stan.nuts import CmdStanCompileError, _partial_fit, compile_cmdstan_model
 
 from .conftest import stan_model_path
@@ -100,7 +101,7 @@ def test_recovers_mean_and_marginal_sd(mvn_fit, mvn_data):
     mu = np.asarray(mvn_data["mu"])
     sd = np.sqrt(np.diag(mvn_data["Sigma"]))
     for i, name in enumerate(mvn_fit.param_names):
-        row = summary.loc[name]
+        row = summary.loc[stan_name(name)]
         assert abs(row["mean"] - mu[i]) < 4 * row["mcse_mean"], (name, row)
         assert abs(row["sd"] - sd[i]) < 4 * row["mcse_sd"], (name, row)
         assert 0 < row["mcse_sd"] < 0.1 * row["sd"]
