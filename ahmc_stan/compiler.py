@@ -296,6 +296,19 @@ def run_stanc(stan_file: Path, out_cpp: Path, include_paths: list[Path],
     return proc.stderr.strip()
 
 
+def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
+    """stanc's ``--info``: the program's variables by block with their types
+    (``{"generated quantities": {"y_rep": {"type": "int", "dimensions": 1}}, ...}``)."""
+    import json
+
+    cmd = [str(toolchain().stanc), "--info",
+           *(f"--include-paths={p}" for p in include_paths), str(stan_file)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StanCompileError(Path(stan_file), (proc.stderr + proc.stdout).strip())
+    return json.loads(proc.stdout)
+
+
 #: The derivative snippets tried, most capable first: (appended files, what the build log
 #: says when this level is the one that compiled).
 _SNIPPET_LEVELS = (

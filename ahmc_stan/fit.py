@@ -442,7 +442,8 @@ class Fit:
         """
         az = _arviz()
         kw = {}
-        posterior = _gather(self.draws, self.param_names)
+        posterior = _integers(_gather(self.draws, self.param_names),
+                              self.metadata.get("int_variables") or ())
         stats = _arviz_stats(self.sampler_stats)
         if self.warmup_draws is not None:
             kw["warmup_posterior"] = _gather(self.warmup_draws, self.param_names)
@@ -604,6 +605,17 @@ def flat_name(name: str) -> str:
     if m:
         return m.group(1) + "." + ".".join(i.strip() for i in m.group(2).split(","))
     return name
+
+
+def _integers(variables: dict[str, np.ndarray], names) -> dict[str, np.ndarray]:
+    """The variables declared ``int`` (``names``) as integer arrays (when every draw is a
+    finite integer value)."""
+    out = dict(variables)
+    for name in names:
+        v = out.get(name)
+        if v is not None and np.all(np.isfinite(v)) and np.all(v == np.round(v)):
+            out[name] = v.astype(np.int64)
+    return out
 
 
 def _gather(values: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:

@@ -77,6 +77,7 @@ class StanModel:
         self.stan_file = Path(stan_file).resolve()
         self.data_json = _data_json(data)
         self._init_args = (seed, list(stanc_args), [str(p) for p in include_paths])
+        self._int_variables: list[str] | None = None
         for attempt in range(2):
             self.lib_path = compile_model(self.stan_file, stanc_args=stanc_args,
                                           include_paths=include_paths)
@@ -101,6 +102,18 @@ class StanModel:
         """The compile log of this model's cache entry (stanc warnings, and why a
         derivative snippet was left out)."""
         return self.lib_path.parent.parent / "build.log"
+
+    def int_variables(self) -> list[str]:
+        """The transformed parameters and generated quantities declared ``int`` (stanc's
+        ``--info``), whose draws are integers."""
+        if self._int_variables is None:
+            from .compiler import stanc_info
+
+            info = stanc_info(self.stan_file, self._init_args[2])
+            self._int_variables = [
+                name for block in ("transformed parameters", "generated quantities")
+                for name, v in info.get(block, {}).items() if v.get("type") == "int"]
+        return list(self._int_variables)
 
     @property
     def hessian_method(self) -> str:

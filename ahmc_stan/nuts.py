@@ -336,6 +336,8 @@ def _build_fit(model, columns: list[str], warm: np.ndarray, samp: np.ndarray,
         return out
 
     samp_stats, warm_stats = stats(samp), stats(warm)
+    if hasattr(model, "int_variables"):
+        metadata = {**metadata, "int_variables": model.int_variables()}
     return Fit(
         samp[:, :, cols], names, samp_stats, n_params=len(block),
         warmup_draws=warm[:, :, cols], warmup_sampler_stats=warm_stats,

@@ -395,7 +395,8 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
         sampler=sampler, incomplete=incomplete,
         metadata={"seed": seed, "warmup": warmup, "draws": draws, "options": {
             k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
-            "chains": [r.extras for r in results], **ragged},
+            "chains": [r.extras for r in results], "int_variables": model.int_variables(),
+            **ragged},
     )
 
 

@@ -399,3 +399,19 @@ def test_to_arviz_log_likelihood_and_observed_data_make_loo_work():
     assert loo.elpd_loo == pytest.approx(lppd - loo.p_loo, abs=1e-6)
     assert 0.2 < loo.p_loo < 2
     assert "log_likelihood" not in matrix_fit().to_arviz().groups()
+
+
+def test_integer_generated_quantities_stay_integers_in_arviz():
+    """Variables declared ``int`` (stanc's --info) are integer arrays in to_arviz()."""
+    from ahmc_stan import StanModel, tune_and_sample
+
+    from .conftest import stan_model_path
+
+    model = StanModel(stan_model_path("int_gq"))
+    assert model.int_variables() == ["positive", "counts"]
+    fit = tune_and_sample(model, chains=2, warmup=100, draws=100, seed=1, progress=False,
+                          parallel=False, diagnose=False)
+    post = fit.to_arviz().posterior
+    assert post["positive"].dtype == np.int64 and post["counts"].dtype == np.int64
+    assert post["counts"].shape == (2, 100, 2) and post["mu2"].dtype == np.float64
+    np.testing.assert_array_equal(post["positive"].values, (fit.column("mu") > 0))
