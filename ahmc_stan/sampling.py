@@ -191,8 +191,9 @@ _STOPPED = False
 
 def _worker_sigint(signum, frame):
     """SIGINT in a worker process: a running chain stops and returns its draws (the
-    samplers catch KeyboardInterrupt); an idle worker does not die (that would break the
-    pool and lose the other workers' chains); no chain starts in the worker afterwards."""
+    samplers catch KeyboardInterrupt); an idle worker, or one whose chain has made all
+    its draws and is returning them, does not raise (that would break the pool, or lose
+    the finished chain); no chain starts in the worker afterwards."""
     global _STOPPED
     _STOPPED = True
     if _CHAIN_RUNNING:
@@ -316,9 +317,16 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
     x0 = model.initial_point(rng, init, radius=radius)
     bar = ChainProgress(f"{sampler} chain {chain + 1}", warmup, draws, position=chain,
                         enabled=progress)
+
+    def report(n: int) -> None:
+        global _CHAIN_RUNNING
+        bar(n)
+        if n >= warmup + draws:  # every draw made: a SIGINT now must not lose the chain
+            _CHAIN_RUNNING = False
+
     try:
         with threadpool_limits(limits=1, user_api="blas"):
-            return run_chain(model, rng, x0, warmup, draws, bar, **options)
+            return run_chain(model, rng, x0, warmup, draws, report, **options)
     except StuckChainError as err:  # name the chain (1-based, as the progress bars)
         raise err.for_chain(chain + 1) from None
     finally:
