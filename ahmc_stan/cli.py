@@ -63,7 +63,8 @@ def report(fit, args: argparse.Namespace) -> None:
     save the fit if ``--output`` was given."""
     import pandas as pd
 
-    with pd.option_context("display.max_rows", 200, "display.width", 120,
+    with pd.option_context("display.max_rows", 200, "display.max_columns", 20,
+                           "display.width", 160,
                            "display.float_format", "{:.4g}".format):
         print(fit.summary())
     print()

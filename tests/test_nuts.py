@@ -297,6 +297,7 @@ def test_cli_nuts(cmdstan_home, mvn_data, tmp_path, capsys):
                    "--warmup", "150", "--draws", "100", "--seed", "3", "--output", str(out)])
     assert status == 0
     printed = capsys.readouterr().out
-    assert "x.1" in printed and "ess_bulk" in printed and "min ESS bulk" in printed
+    assert "x[1]" in printed and "ess_bulk" in printed and "95%" in printed \
+        and "min ESS bulk" in printed
     fit = load_fit(out)
     assert fit.draws.shape == (1, 100, 3) and fit.metadata["seed"] == 3
