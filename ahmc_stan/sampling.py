@@ -15,12 +15,16 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import inspect
+import json
 import multiprocessing
 import numbers
 import os
 import signal
+import sys
 import threading
 import time
+import warnings
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -119,9 +123,6 @@ def _chain_inits(init, chains: int) -> tuple[list[dict | None], float]:
     zero on the unconstrained scale); a dict, or a JSON file of one, for every chain; or a
     list of ``chains`` dicts or files, one per chain.  Values not given are drawn by
     Stan's rule."""
-    import json
-    from pathlib import Path
-
     def load(value, what):
         if value is None or isinstance(value, Mapping):
             return None if value is None else dict(value)
@@ -272,8 +273,6 @@ class ChainProgress:
 
     def __init__(self, label: str, warmup: int, draws: int, position: int = 0,
                  enabled: bool = True, stream=None):
-        import sys
-
         from tqdm.auto import tqdm
 
         self.label, self.warmup, self.total = label, warmup, warmup + draws
@@ -349,8 +348,6 @@ def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> d
     try:
         return cost_units(model, kinds, third_method=third, x=x)
     except Exception as err:  # noqa: BLE001 — the draws stay usable without the units
-        import warnings
-
         warnings.warn(f"could not measure the cost of {', '.join(kinds)} on "
                       f"{model.name}: {err}; ESS per gradient will be nan", RuntimeWarning)
         return {}
