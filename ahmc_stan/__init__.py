@@ -6,7 +6,7 @@ from .fit import Fit, load_fit
 from .nuts import run_nuts
 from .comparison import compare
 from .convergence import ConvergenceWarning, Diagnosis, diagnose
-from .sampling import tune_and_sample
+from .sampling import load_output, tune_and_sample
 from .tuning.stuck import StuckChainError
 
 __version__ = "0.1.0"
@@ -14,6 +14,6 @@ __version__ = "0.1.0"
 __all__ = [
     "StanModel", "DensityKernel", "DensityError", "StanCompileError", "CompileError",
     "compile_model",
-    "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample",
+    "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample", "load_output",
     "diagnose", "Diagnosis", "ConvergenceWarning", "StuckChainError",
 ]

@@ -35,15 +35,20 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def add_run_args(parser: argparse.ArgumentParser, *, warmup: int = 1000,
                  draws: int = 1000) -> None:
-    """``--chains --warmup --draws --seed --output``."""
+    """``--chains --warmup --draws --thin --seed --output --output-dir``."""
     parser.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     parser.add_argument("--warmup", type=int, default=warmup,
                         help=f"warmup iterations per chain (default {warmup})")
     parser.add_argument("--draws", type=int, default=draws,
                         help=f"sampling iterations per chain (default {draws})")
+    parser.add_argument("--thin", type=int, default=1,
+                        help="keep every THIN-th sampling iteration (default 1)")
     parser.add_argument("--seed", type=int, default=None, help="random seed")
     parser.add_argument("--output", "-o", metavar="FIT.npz", default=None,
                         help="save the fit (load it with ahmc_stan.load_fit)")
+    parser.add_argument("--output-dir", metavar="DIR", default=None,
+                        help="stream the chains there as they run, then write fit.npz "
+                             "and draws.csv (read it with ahmc_stan.load_output)")
 
 
 def load_model(args: argparse.Namespace):
@@ -93,9 +98,11 @@ def _nuts(args: argparse.Namespace) -> int:
     model = load_model(args)
     extra = {k: v for k, v in (("adapt_delta", args.adapt_delta),
                                ("max_treedepth", args.max_treedepth)) if v is not None}
+    if args.output_dir:
+        extra["output_dir"] = args.output_dir
     fit = run_nuts(model, chains=args.chains, warmup=args.warmup, draws=args.draws,
                    seed=args.seed, show_progress=args.progress, verbose=True,
-                   diagnose=False, **extra)
+                   diagnose=False, thin=args.thin, **extra)
     report(fit, args)
     return 0
 
@@ -143,7 +150,8 @@ def _sample(args: argparse.Namespace) -> int:
         pass  # a file
     fit = tune_and_sample(model, sampler=args.sampler, chains=args.chains,
                           warmup=args.warmup, draws=args.draws, seed=args.seed, init=init,
-                          max_seconds=args.max_seconds,
+                          max_seconds=args.max_seconds, thin=args.thin,
+                          output_dir=args.output_dir,
                           progress=not args.no_progress, diagnose=False, **options)
     report(fit, args)
     if fit.incomplete:
@@ -167,6 +175,9 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                         help="single-model mode: data in Stan's JSON format")
     parser.add_argument("--samplers", default=None, metavar="A,B,...",
                         help="comma-separated samplers (NUTS always runs in suite mode)")
+    parser.add_argument("--peers", default="nuts", metavar="A,B,...",
+                        help="NUTS implementations to compare with (single-model mode): "
+                             "nuts (CmdStan), nutpie, nutpie_lowrank (default nuts)")
     single = parser.add_argument_group("single-model mode")
     single.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     single.add_argument("--warmup", type=int, default=1000, help="warmup iterations (1000)")
@@ -195,20 +206,21 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
 
 
 def compare_model(args: argparse.Namespace) -> int:
-    """Single-model comparison (``compare MODEL.stan --data D.json --samplers ahmc,nuts``):
-    every sampler on the same model, data, chains, iterations and seed; prints the
+    """Single-model comparison (``compare MODEL.stan --data D.json --samplers ahmc
+    --peers nuts,nutpie``): every sampler and peer on the same model, data, chains, iterations and seed; prints the
     ``compare`` table ranked by ESS per gradient (fits that have not converged last,
     marked), with ratios to NUTS; each fit's diagnosis goes to stderr."""
     from .comparison import compare, to_markdown
-    from .nuts import run_nuts
+    from .peers import PEERS, run_peer
     from .sampling import tune_and_sample
 
     model = load_model(args)
-    names = [s.strip() for s in (args.samplers or "ahmc,nuts").split(",") if s.strip()]
+    split = lambda text: [s.strip() for s in text.split(",") if s.strip()]
+    names = split(args.samplers or "ahmc") + split(args.peers)
     run = dict(chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed)
     fits = {}
-    for name in names:
-        fits[name] = (run_nuts(model, diagnose=False, **run) if name.lower() == "nuts"
+    for name in dict.fromkeys(names):
+        fits[name] = (run_peer(name, model, diagnose=False, **run) if name in PEERS
                       else tune_and_sample(model, sampler=name, progress=False,
                                            diagnose=False, **run))
         print(fits[name].efficiency_line())

@@ -216,9 +216,8 @@ def warn_if_problems(fit, stacklevel: int = 3) -> Diagnosis:
 
 def _names(cols, fit) -> tuple[str, ...]:
     """Stan's names of the columns (``theta[1]``), as the user writes them."""
-    from .fit import stan_name
 
-    return tuple(stan_name(fit.param_names[j]) for j in cols)
+    return tuple(fit.param_names[j] for j in cols)
 
 
 def _rhat_text(v: float) -> str:

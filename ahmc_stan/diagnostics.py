@@ -170,10 +170,12 @@ def talk_criteria(fit, param: str | list[str] | None = None, *,
     kappa_star, alpha, var_mean, r, E``."""
     import pandas as pd
 
+    from .fit import stan_name
+
     if hasattr(fit, "draws"):
         names = fit.param_names[: fit.n_params] if param is None else (
             [param] if isinstance(param, str) else list(param))
-        columns = {name: fit.column(name) for name in names}
+        columns = {stan_name(name): fit.column(name) for name in names}  # Stan's names
     else:
         values = np.asarray(fit, dtype=float)
         if values.ndim == 2:

@@ -4,9 +4,9 @@ Layout
 ------
 ``draws`` has shape ``(chains, draws, columns)`` on the constrained scale.  The first
 ``n_params`` columns are the ``parameters`` block, exactly the columns of
-``StanModel.param_names()`` in that order (``M.1.2`` for ``M[1, 2]``, column-major); any
-further columns are transformed parameters / generated quantities, named in
-``param_names`` (which always has one name per column).
+``StanModel.param_names()`` in that order (column-major); any further columns are
+transformed parameters / generated quantities.  ``param_names`` names every column as
+Stan does (``M[1,2]``), ``columns`` as BridgeStan does (``M.1.2``).
 
 ``sampler_stats`` maps a statistic's name to an array ``(chains, draws)`` with one value
 per iteration.  Every sampler records ``accept_stat``, ``step_size``, ``n_grad`` (gradient
@@ -117,7 +117,8 @@ class Fit:
     ----------
     draws : ``(chains, draws, columns)`` constrained draws; parameters-block columns first.
     param_names : one name per column (``StanModel.param_names()`` names, then any
-        transformed parameters / generated quantities).
+        transformed parameters / generated quantities), in BridgeStan's form (``L.2.1``)
+        or Stan's (``L[2,1]``).
     sampler_stats : name → ``(chains, draws)``; must contain ``accept_stat``,
         ``step_size``, ``n_grad`` and ``divergent``.
     n_params : number of parameters-block columns (default: all columns); diagnostics
@@ -151,10 +152,10 @@ class Fit:
         if draws.ndim != 3:
             raise ValueError(f"draws must be (chains, draws, columns); got shape {draws.shape}")
         self.draws = draws
-        self.param_names = [str(n) for n in param_names]
-        if len(self.param_names) != draws.shape[2]:
-            raise ValueError(f"{len(self.param_names)} names for {draws.shape[2]} columns")
-        if len(set(self.param_names)) != len(self.param_names):
+        self.columns = [flat_name(str(n)) for n in param_names]
+        if len(self.columns) != draws.shape[2]:
+            raise ValueError(f"{len(self.columns)} names for {draws.shape[2]} columns")
+        if len(set(self.columns)) != len(self.columns):
             raise ValueError("column names are not unique")
         self.n_params = draws.shape[2] if n_params is None else int(n_params)
         if not 0 <= self.n_params <= draws.shape[2]:
@@ -204,6 +205,12 @@ class Fit:
     # ---- shape -----------------------------------------------------------------------
 
     @property
+    def param_names(self) -> list[str]:
+        """Stan's name of every column (``theta[1]``, ``L[2,1]``), as cmdstanpy's
+        ``column_names``; :attr:`columns` has the same in BridgeStan's form (``L.2.1``)."""
+        return [stan_name(n) for n in self.columns]
+
+    @property
     def chains(self) -> int:
         return self.draws.shape[0]
 
@@ -225,7 +232,7 @@ class Fit:
     def __repr__(self) -> str:
         flag = ", incomplete" if self.incomplete else ""
         return (f"Fit(sampler={self.sampler!r}, chains={self.chains}, draws={self.n_draws}, "
-                f"columns={len(self.param_names)}, n_params={self.n_params}{flag})")
+                f"columns={len(self.columns)}, n_params={self.n_params}{flag})")
 
     def _equivalents(self, counts: Mapping[str, int]) -> float:
         total = 0.0
@@ -274,7 +281,7 @@ class Fit:
         """The ``(chains, draws)`` draws of one column, by name: ``M.1.2`` or Stan's
         ``M[1,2]``."""
         try:
-            return self.draws[:, :, self.param_names.index(flat_name(name))]
+            return self.draws[:, :, self.columns.index(flat_name(name))]
         except ValueError:
             raise KeyError(f"no column {name!r}") from None
 
@@ -292,7 +299,7 @@ class Fit:
     def stan_variables(self) -> dict[str, np.ndarray]:
         """Every variable as an array ``(chains, draws, *dims)`` (the columns ``a.i.j``
         gathered into ``a[i-1, j-1]``, as in :meth:`to_arviz`)."""
-        return _gather(self.draws, self.param_names)
+        return _gather(self.draws, self.columns)
 
     def stan_variable(self, name: str) -> np.ndarray:
         """One variable's draws shaped ``(chains, draws, *dims)``, as cmdstanpy's
@@ -316,7 +323,7 @@ class Fit:
         for stat, values in self.sampler_stats.items():
             table[f"{stat}__"] = np.asarray(values).reshape(-1)
         for j, name in enumerate(self.param_names):
-            table[stan_name(name)] = self.draws[:, :, j].reshape(-1)
+            table[name] = self.draws[:, :, j].reshape(-1)
         return pd.DataFrame(table)
 
     def diagnose(self) -> "Diagnosis":  # noqa: F821
@@ -355,7 +362,7 @@ class Fit:
             "r_hat": d["r_hat"],
             **{f"{q}%": (np.quantile(flat, q / 100, axis=0) if flat.shape[0] else
                          np.full(flat.shape[1], np.nan)) for q in (5, 50, 95)},
-        }, index=pd.Index([stan_name(n) for n in self.param_names], name="param"))
+        }, index=pd.Index(self.param_names, name="param"))
 
     def efficiency(self) -> dict[str, float]:
         """ESS over the parameters-block columns and its cost in gradients and seconds.
@@ -442,11 +449,11 @@ class Fit:
         """
         az = _arviz()
         kw = {}
-        posterior = _integers(_gather(self.draws, self.param_names),
+        posterior = _integers(_gather(self.draws, self.columns),
                               self.metadata.get("int_variables") or ())
         stats = _arviz_stats(self.sampler_stats)
         if self.warmup_draws is not None:
-            kw["warmup_posterior"] = _gather(self.warmup_draws, self.param_names)
+            kw["warmup_posterior"] = _gather(self.warmup_draws, self.columns)
         if self.warmup_sampler_stats is not None:
             kw["warmup_sample_stats"] = _arviz_stats(self.warmup_sampler_stats)
         if log_likelihood and log_likelihood in posterior:
@@ -488,7 +495,7 @@ class Fit:
             arrays[f"warmup_stat/{name}"] = value
         header = {
             "format": "ahmc_stan.Fit", "version": _FORMAT_VERSION,
-            "param_names": self.param_names, "n_params": self.n_params,
+            "param_names": self.columns, "n_params": self.n_params,
             "stat_names": list(self.sampler_stats),
             "warmup_stat_names": (None if self.warmup_sampler_stats is None
                                   else list(self.warmup_sampler_stats)),

@@ -32,6 +32,7 @@ import numpy as np
 
 from .compiler import StanCompileError, _sha256, _stan_sources, cache_dir
 from .fit import Fit, flat_name
+from .samplers.chain import thin_stats
 
 __all__ = ["run_nuts", "compile_cmdstan_model", "CmdStanCompileError", "cmdstan_version"]
 
@@ -198,7 +199,8 @@ def _check_stanc(home: Path, version: str, stan_file: Path, includes: list[Path]
 
 def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
              seed: int | None = None, show_progress: bool = False, *,
-             verbose: bool = False, diagnose: bool = True, **cmdstan_args) -> Fit:
+             verbose: bool = False, diagnose: bool = True, thin: int = 1,
+             **cmdstan_args) -> Fit:
     """Sample ``model`` (a :class:`~ahmc_stan.model.StanModel`) with CmdStan's NUTS.
 
     Adaptation is CmdStan's default (diagonal metric, ``adapt_delta`` 0.8) unless
@@ -214,12 +216,19 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
     re-raises if no sampling draw exists yet.  A terminal's Ctrl-C signals CmdStan's
     processes too; a SIGINT sent to Python alone leaves them running to completion.
 
+    ``thin`` as CmdStan's: every ``thin``-th sampling draw is kept.  CmdStan is run
+    without thinning and the draws thinned here, so that a kept draw's ``n_grad`` counts
+    the leapfrog steps of every iteration it stands for (CmdStan's own thinning drops
+    them, and with them the cost).
+
     ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
     :class:`~ahmc_stan.convergence.ConvergenceWarning` with its report (like CmdStan's
     ``diagnose``) if it finds problems.
     """
     import cmdstanpy
 
+    if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
+        raise ValueError(f"thin must be an integer >= 1, not {thin!r}")
     if seed is None:
         seed = int(np.random.default_rng().integers(1, 2**31 - 1))
     exe_model, compile_seconds = compile_cmdstan_model(model.stan_file, verbose=verbose)
@@ -244,7 +253,8 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
         "cmdstanpy_version": cmdstanpy.__version__, "exe_file": str(exe_model.exe_file),
         "stan_file": str(model.stan_file), "model_name": getattr(model, "name", ""),
         "seed": int(seed), "chains": int(chains), "warmup": int(warmup),
-        "draws": int(draws), "parallel_chains": int(args["parallel_chains"]),
+        "draws": int(draws), "thin": int(thin),
+        "parallel_chains": int(args["parallel_chains"]),
         "cmdstan_args": recorded_args, "compile_seconds": float(compile_seconds),
         "data_sha256": _sha256(model.data_json)[:16],
     }
@@ -256,12 +266,13 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
                     iter_warmup=warmup, iter_sampling=draws, save_warmup=True, seed=seed,
                     output_dir=str(out_dir), show_progress=show_progress, **args)
             except KeyboardInterrupt:
-                fit = _partial_fit(model, out_dir, warmup, metadata, draws=draws)
+                fit = _partial_fit(model, out_dir, warmup, metadata, draws=draws, thin=thin)
                 if fit is None:
                     raise
                 return _checked(fit, diagnose)
         return _checked(_fit_from_cmdstanpy(model, mcmc, warmup, metadata,
-                                            keep_csv=user_dir is not None), diagnose)
+                                            keep_csv=user_dir is not None, thin=thin),
+                        diagnose)
     finally:
         if not user_dir:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -276,7 +287,8 @@ def _checked(fit: Fit, diagnose: bool) -> Fit:
     return fit
 
 
-def _fit_from_cmdstanpy(model, mcmc, warmup: int, metadata: dict, keep_csv: bool) -> Fit:
+def _fit_from_cmdstanpy(model, mcmc, warmup: int, metadata: dict, keep_csv: bool,
+                        thin: int = 1) -> Fit:
     columns = list(mcmc.column_names)
     values = np.asarray(mcmc.draws(inc_warmup=True))  # (iterations, chains, columns)
     values = np.transpose(values, (1, 0, 2))
@@ -294,7 +306,7 @@ def _fit_from_cmdstanpy(model, mcmc, warmup: int, metadata: dict, keep_csv: bool
     if keep_csv:
         meta["csv_files"] = [str(p) for p in mcmc.runset.csv_files]
     return _build_fit(model, columns, values[:, :n_warm], values[:, n_warm:], times, meta,
-                      incomplete=False)
+                      incomplete=False, thin=thin)
 
 
 def _chain_times(mcmc) -> list[dict[str, float]]:
@@ -316,7 +328,8 @@ def _csv_times(text: str) -> dict[str, float]:
 
 
 def _build_fit(model, columns: list[str], warm: np.ndarray, samp: np.ndarray,
-               times: list[dict[str, float]], metadata: dict, incomplete: bool) -> Fit:
+               times: list[dict[str, float]], metadata: dict, incomplete: bool,
+               thin: int = 1) -> Fit:
     index = {flat_name(c): i for i, c in enumerate(columns)}
     block = model.param_names()
     everything = model.param_names(include_tp=True, include_gq=True)
@@ -335,7 +348,8 @@ def _build_fit(model, columns: list[str], warm: np.ndarray, samp: np.ndarray,
                 out[name] = col.astype(np.int64) if name in _INT_STATS else col
         return out
 
-    samp_stats, warm_stats = stats(samp), stats(warm)
+    samp_stats, warm_stats = thin_stats(stats(samp), thin), stats(warm)
+    samp = samp[:, ::thin]
     if hasattr(model, "int_variables"):
         metadata = {**metadata, "int_variables": model.int_variables()}
     return Fit(
@@ -375,7 +389,7 @@ def read_partial_csv(path: str | os.PathLike) -> tuple[list[str], np.ndarray, st
 
 
 def _partial_fit(model, out_dir: Path, warmup: int, metadata: dict,
-                 draws: int | None = None) -> Fit | None:
+                 draws: int | None = None, thin: int = 1) -> Fit | None:
     """A Fit from the CSVs of an interrupted run (chains cut to the shortest), or None.
 
     ``incomplete`` is set unless every chain has all ``draws`` (an interrupt that arrived
@@ -396,4 +410,4 @@ def _partial_fit(model, out_dir: Path, warmup: int, metadata: dict,
     meta = dict(metadata, time_per_chain=times, interrupted_after_draws=n_samp)
     complete = draws is not None and n_samp >= draws and all("sampling" in t for t in times)
     return _build_fit(model, header, values[:, :warmup], values[:, warmup:], times, meta,
-                      incomplete=not complete)
+                      incomplete=not complete, thin=thin)

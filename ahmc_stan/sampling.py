@@ -6,7 +6,8 @@ A sampler is a function ``run_chain(model, rng, x0, warmup, draws, progress, **o
 ``numpy.random.Generator`` spawned from ``seed`` and a dispersed initial point drawn with
 Stan's rule, so the same seed gives the same draws whether chains run in parallel or not.
 Ctrl-C stops every chain and returns a Fit of the draws made so far, flagged
-``incomplete``.
+``incomplete``.  With ``output_dir`` every chain also streams its iterations to a file as
+they are made, so a run killed outright keeps them too (:func:`load_output`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import numpy as np
 
 from .fit import Fit
 from .model import StanModel
-from .samplers.chain import ChainResult
+from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.stuck import StuckChainError
 
-__all__ = ["tune_and_sample", "SAMPLERS", "register_sampler", "sampler_options"]
+__all__ = ["tune_and_sample", "load_output", "SAMPLERS", "register_sampler",
+           "sampler_options"]
 
 
 def _ahmc():
@@ -155,7 +157,7 @@ def _chain_inits(init, chains: int) -> tuple[list[dict | None], float]:
 
 
 def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
-                     options: Mapping[str, Any]) -> None:
+                     options: Mapping[str, Any], thin=1) -> None:
     """Every argument and option name checked in the caller's process, before any work,
     each with a one-line message."""
     if sampler not in SAMPLERS:
@@ -168,6 +170,7 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
     integer("chains", chains, 1)
     integer("warmup", warmup, 0)
     integer("draws", draws, 1)
+    integer("thin", thin, 1)
     if seed is not None:
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or \
                 not 0 <= seed < 2**32:
@@ -246,18 +249,19 @@ def _start_clock(max_seconds) -> float | None:
 
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
              init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
-             options: dict, radius: float = 2.0, deadline: float | None = None
-             ) -> ChainResult | None:
+             options: dict, radius: float = 2.0, deadline: float | None = None,
+             stream: Path | None = None) -> ChainResult | None:
     """One chain, in this process or a worker.  BLAS runs single-threaded inside a chain:
     chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
     oversubscribes the cores — ten times slower on a loaded machine.  At ``deadline`` the
-    chain stops and returns what it has (``None`` if it had not started sampling)."""
+    chain stops and returns what it has (``None`` if it had not started sampling).
+    ``stream``: the file the chain streams its iterations to."""
     global _CHAIN_RUNNING
     if _STOPPED or deadline is not None and time.time() >= deadline:
         return None
     _CHAIN_RUNNING = True
     try:
-        with _deadline(deadline):
+        with _deadline(deadline), streaming(stream):
             return _run_chain(model, sampler, chain, seed, init, warmup, draws, progress,
                               options, radius)
     except OutOfTime:  # before the sampler's own loop caught it
@@ -354,13 +358,17 @@ def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> d
 
 
 def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: int,
-              warmup: int, draws: int, options: dict, interrupted: bool) -> Fit:
-    """Constrain the chains' positions and stack them into a Fit.  After an interruption
+              warmup: int, draws: int, options: dict, interrupted: bool, thin: int = 1
+              ) -> Fit:
+    """Constrain the chains' positions and stack them into a Fit, keeping every
+    ``thin``-th of the ``draws`` sampling iterations (:func:`thin_result`).  After an interruption
     chains may have different lengths: chains that had not finished warmup are left out
     when others have post-warmup draws (``metadata["dropped_chains"]``); the Fit's
     arrays hold the draws all kept chains reached, and each chain's draws beyond that
     are kept in ``metadata["extra_draws"]`` (:meth:`Fit.chain_draws` gives a chain's
     whole run)."""
+    results = [thin_result(r, warmup, thin) for r in results]
+    kept_draws = -(-draws // thin)
     dropped = []
     if any(r.n_warmup == warmup and r.n_sampling > 0 for r in results):
         dropped = [{"chain": r.extras.get("chain"), "warmup_iterations": r.n_warmup}
@@ -379,7 +387,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     stack = lambda rows: np.array([constrained(r, rows, s) for r, s in zip(results, gq_rngs)])
     stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
                           for k in results[0].stats}
-    incomplete = interrupted or any(r.interrupted for r in results) or n_samp < draws \
+    incomplete = interrupted or any(r.interrupted for r in results) or n_samp < kept_draws \
         or bool(dropped)
     warm_stats, samp_stats = stats(warm_rows), stats(samp_rows)
     ragged = {}
@@ -398,7 +406,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
         time_warmup=sum(r.time_warmup for r in results),
         time_sampling=sum(r.time_sampling for r in results),
         sampler=sampler, incomplete=incomplete,
-        metadata={"seed": seed, "warmup": warmup, "draws": draws, "options": {
+        metadata={"seed": seed, "warmup": warmup, "draws": draws, "thin": thin, "options": {
             k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
             "chains": [r.extras for r in results], "int_variables": model.int_variables(),
             **ragged},
@@ -409,8 +417,13 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     warmup: int = 1000, draws: int = 1000, seed: int | None = None,
                     init: Any = None, progress: bool = True,
                     parallel: bool | int | None = None, diagnose: bool = True,
-                    max_seconds: float | None = None, **options) -> Fit:
-    """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then keep ``draws``.
+                    max_seconds: float | None = None, thin: int = 1,
+                    output_dir: str | os.PathLike | None = None, **options) -> Fit:
+    """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then run ``draws``
+    sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
+    every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
+    iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
+    kept).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
@@ -433,10 +446,16 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``metadata["out_of_time"]`` set (chains run one after another that had not started
     are left out).
 
+    ``output_dir``: each chain streams its iterations to ``chain_<c>.stream`` there as they
+    are made (unconstrained positions and statistics; ``run.json`` says how to rebuild
+    the Fit); at the end the Fit is written to ``fit.npz`` and its draws, with Stan's
+    column names, to ``draws.csv``.  :func:`load_output` reads the folder back, also after
+    the run was killed.
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
-    _check_arguments(sampler, chains, warmup, draws, seed, parallel, options)
+    _check_arguments(sampler, chains, warmup, draws, seed, parallel, options, thin)
     inits, radius = _chain_inits(init, chains)
     deadline = _start_clock(max_seconds)
     if seed is None:
@@ -444,8 +463,12 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     seeds = np.random.SeedSequence(seed).spawn(chains)
     workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
     workers = max(1, min(workers, chains))
+    streams = [None] * chains
+    if output_dir is not None:
+        streams = _start_output(Path(output_dir), model, sampler, chains, seed, warmup,
+                                draws, thin, options)
     jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius,
-             deadline)
+             deadline, streams[c])
             for c in range(chains)]
     results: list[ChainResult | None] = [None] * chains
     interrupted = False
@@ -493,12 +516,70 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                                "produced a draw")
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
-                    interrupted or len(done) < chains)
+                    interrupted or len(done) < chains, thin)
     if out_of_time:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
+    if output_dir is not None:
+        fit.save(Path(output_dir) / "fit.npz")
+        fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
     if diagnose:
         from .convergence import warn_if_problems
 
         warn_if_problems(fit)
     return fit
+
+
+def _start_output(out: Path, model: StanModel, sampler: str, chains: int, seed: int,
+                  warmup: int, draws: int, thin: int, options: dict) -> list[Path]:
+    """``run.json`` (what :func:`load_output` needs to rebuild the Fit) in ``out``, and
+    each chain's stream file; a previous run's files there are replaced."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in [*out.glob("chain_*.stream"), out / "fit.npz", out / "draws.csv"]:
+        old.unlink(missing_ok=True)
+    seed_model, stanc_args, include_paths = model._init_args
+    run = {"format": "ahmc_stan.run", "sampler": sampler, "chains": chains, "seed": seed,
+           "warmup": warmup, "draws": draws, "thin": thin,
+           "options": {k: v for k, v in options.items()
+                       if isinstance(v, (int, float, str, bool, type(None)))},
+           "model": {"stan_file": str(model.stan_file), "data_json": model.data_json,
+                     "seed": seed_model, "stanc_args": stanc_args,
+                     "include_paths": include_paths}}
+    tmp = out / "run.json.tmp"
+    tmp.write_text(json.dumps(run, indent=1))
+    os.replace(tmp, out / "run.json")
+    return [out / f"chain_{c + 1}.stream" for c in range(chains)]
+
+
+def load_output(output_dir: str | os.PathLike, model: StanModel | None = None) -> Fit:
+    """The Fit of a run made with ``tune_and_sample(..., output_dir=output_dir)``: the
+    saved ``fit.npz`` of a finished run, else the Fit rebuilt from the chains' streams
+    (a run killed or still going), flagged ``incomplete``, exactly as Ctrl-C at that
+    point would have returned it except for each chain's final tuning record
+    (``metadata["chains"]``).  ``model`` defaults to the one recorded in ``run.json``
+    (loaded from the compile cache).  A bandit chain's stream counts its own copy's
+    gradients only."""
+    from .fit import load_fit
+
+    out = Path(output_dir)
+    if (out / "fit.npz").exists():
+        return load_fit(out / "fit.npz")
+    if not (out / "run.json").exists():
+        raise FileNotFoundError(f"{out} holds no run of tune_and_sample (no run.json)")
+    run = json.loads((out / "run.json").read_text())
+    if model is None:
+        m = run["model"]
+        model = StanModel(m["stan_file"], m["data_json"] or None, seed=m["seed"],
+                          stanc_args=m["stanc_args"], include_paths=m["include_paths"])
+    results = []
+    for c in range(run["chains"]):
+        path = out / f"chain_{c + 1}.stream"
+        if path.exists():
+            r = read_stream(path, run["warmup"])
+            if r.n_warmup + r.n_sampling:
+                r.extras["chain"] = c + 1
+                results.append(r)
+    if not results:
+        raise ValueError(f"no chain in {out} recorded an iteration")
+    return _assemble(model, run["sampler"], results, run["seed"], run["warmup"],
+                     run["draws"], run["options"], True, run["thin"])

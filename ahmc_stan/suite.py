@@ -319,7 +319,7 @@ def predictive_mse(fit: Fit, y_test: np.ndarray) -> float:
     """Squared error of the posterior-mean prediction (generated quantity ``y_pred``),
     summed over the outputs and averaged over the test cases — Neal's (1996) convention for
     the robot arm, where the noise alone contributes 2·0.05² = 0.005."""
-    cols = {n: i for i, n in enumerate(fit.param_names)}
+    cols = {n: i for i, n in enumerate(fit.columns)}
     pred = np.empty_like(y_test, dtype=float)
     for idx in np.ndindex(*y_test.shape):
         name = "y_pred." + ".".join(str(i + 1) for i in idx)

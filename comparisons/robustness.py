@@ -148,7 +148,7 @@ def _summary_columns(fit) -> dict:
     """Summary rows keyed by our column names (``theta.1``), as the references are."""
     s = fit.summary()
     out = {}
-    for name, (_, row) in zip(fit.param_names, s.iterrows()):
+    for name, (_, row) in zip(fit.columns, s.iterrows()):
         out[name] = {k: _finite(row[k]) for k in
                      ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")}
     return out
@@ -194,7 +194,7 @@ def compute_reference(entry, registry) -> dict:
     fit = run_nuts(model, **kwargs)
     wall = time.perf_counter() - start
     columns = _summary_columns(fit)
-    block = fit.param_names[: fit.n_params]
+    block = fit.columns[: fit.n_params]
     div = int(np.sum(fit.sampler_stats["divergent"]))
     hits = int(np.sum(fit.sampler_stats.get("treedepth", np.zeros(1)) >=
                       settings["max_treedepth"]))
@@ -327,7 +327,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["not_converged"] = not d.converged
         row["warned"] = (not d.ok) or bool(conv)
         s = fit.summary()
-        names = fit.param_names[: fit.n_params]
+        names = fit.columns[: fit.n_params]
         cols = {}
         for c in names:
             r = ref["columns"].get(c)

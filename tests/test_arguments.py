@@ -33,13 +33,14 @@ class NoWork:
     ({"sampler": "nuts"}, r"^unknown sampler 'nuts'; choose from \["),
     ({"metirc": "diag"}, r"^unknown option 'metirc' for sampler 'ahmc'; valid options: "
                          r"adapt_delta, adapt_during_sampling, .*\bmetric\b"),
-    ({"sampler": "rwm", "adapt_delta": 0.95},
-     r"^unknown option 'adapt_delta' for sampler 'rwm'; valid options: step_size, "
-     r"target_accept, thin$"),
+    ({"sampler": "rwm", "target_accept": 0.95},
+     r"^unknown option 'target_accept' for sampler 'rwm'; valid options: adapt_delta, "
+     r"step_size, steps_per_draw$"),
     ({"sampler": "gadmala", "num_steps": 5, "foo": 1},
      r"^unknown options 'num_steps', 'foo' for sampler 'gadmala'; valid options: "
-     r"initial_scale, learning_rate, min_beta, min_diag_ratio, rho_beta, target_accept, "
-     r"thin$"),
+     r"adapt_delta, initial_scale, learning_rate, min_beta, min_diag_ratio, rho_beta, "
+     r"steps_per_draw$"),
+    ({"thin": 0}, r"^thin must be an integer >= 1, not 0$"),
     ({"warmup": 0}, r"^sampler 'ahmc' derives its box .* with warmup=0 give box="),
 ])
 def test_bad_arguments_fail_before_any_work(kwargs, message):

@@ -104,9 +104,9 @@ def test_mh_steps_leave_target_invariant(gauss2d, langevin):
 # ---- moments -----------------------------------------------------------------------------
 
 CONFIG_2D = {  # sampler → (warmup, draws, options)
-    "rwm": (2000, 5000, {"thin": 4}),
-    "mala": (2000, 5000, {"thin": 4}),
-    "am": (5000, 5000, {"thin": 4}),
+    "rwm": (2000, 5000, {"steps_per_draw": 4}),
+    "mala": (2000, 5000, {"steps_per_draw": 4}),
+    "am": (5000, 5000, {"steps_per_draw": 4}),
     "hmc": (1000, 2000, {"num_steps": 10}),
 }
 
@@ -132,8 +132,8 @@ def test_moments_10d_scales(gauss10, sampler):
     draws).  Measured: RWM min ESS 13 from 2 chains × 7·10⁵ iterations, MALA 6 from
     2 × 4·10⁵, AM 3 (R-hat 1.6) from 2 × (10⁵ adaptation + 10⁵) — its covariance estimate,
     from a slowly mixing chain, keeps nearly singular directions."""
-    fit = tune_and_sample(gauss10, sampler, chains=2, warmup=2000, draws=5000, thin=4,
-                          seed=32, progress=False)
+    fit = tune_and_sample(gauss10, sampler, chains=2, warmup=2000, draws=5000,
+                          steps_per_draw=4, seed=32, progress=False)
     assert_moments(fit.params, np.zeros(10), SDS_10)
     if sampler in TARGET_ACCEPT:
         assert abs(fit.sampler_stats["accept_stat"].mean() - TARGET_ACCEPT[sampler]) < 0.05
@@ -174,8 +174,8 @@ def test_hmc_moments_100d_scales(neal100):
 def test_density_minus_infinity_region(sampler):
     """x[1] > 1 rejects: the samplers sample the truncated normal without crashing."""
     model = StanModel(stan_model_path("reject_region"), {"D": 2})
-    fit = tune_and_sample(model, sampler, chains=2, warmup=1000, draws=3000, thin=2,
-                          seed=38, progress=False)
+    fit = tune_and_sample(model, sampler, chains=2, warmup=1000, draws=3000,
+                          steps_per_draw=2, seed=38, progress=False)
     assert_truncated_normal(fit.params)
 
 
@@ -188,12 +188,12 @@ def test_hmc_requires_num_steps(gauss2d):
 
 
 def test_density_counts_and_thinning(gauss2d):
-    fit = tune_and_sample(gauss2d, "rwm", chains=1, warmup=100, draws=100, thin=3, seed=34,
-                          progress=False)
+    fit = tune_and_sample(gauss2d, "rwm", chains=1, warmup=100, draws=100, steps_per_draw=3,
+                          seed=34, progress=False)
     assert (fit.sampler_stats["n_grad"] == 0).all()
     assert (fit.sampler_stats["n_density"] == 3).all()
     assert fit.metadata["chains"][0]["step_size"] == fit.sampler_stats["step_size"][0, -1]
-    assert fit.metadata["chains"][0]["thin"] == 3
+    assert fit.metadata["chains"][0]["steps_per_draw"] == 3
     mala = tune_and_sample(gauss2d, "mala", chains=1, warmup=100, draws=100, seed=34,
                            progress=False)
     assert (mala.sampler_stats["n_grad"] == 1).all()

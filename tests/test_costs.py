@@ -132,7 +132,7 @@ def test_svhmc_counts_gradients_and_products_where_they_are_made(banana):
 
 def test_gadmala_exact_counts_products_apart_from_gradients(banana):
     target = CountingTarget(banana)
-    proposal = GadProposal(2, langevin=True, exact=True, target_accept=0.55,
+    proposal = GadProposal(2, langevin=True, exact=True, adapt_delta=0.55,
                            learning_rate=0.00015)
     result = run_mh_chain(target, np.random.default_rng(4), np.array([0.3, 0.2]), 300, 50,
                           lambda n: None, proposal)

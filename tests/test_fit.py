@@ -196,6 +196,10 @@ def test_stan_names_accessors_and_quantiles():
     """cmdstanpy's surface: columns by Stan's name, shaped variables, draws_pd with Stan's
     names, 5 %/50 %/95 % quantiles in summary()."""
     fit = matrix_fit()
+    assert fit.param_names == ["sigma", "p", "M[1,1]", "M[2,1]", "M[1,2]", "M[2,2]",
+                               "M[1,3]", "M[2,3]", "sigma_sq"]
+    assert fit.columns[2] == "M.1.1"
+    assert Fit(fit.draws, fit.param_names, fit.sampler_stats).columns == fit.columns
     np.testing.assert_array_equal(fit.column("M[2,3]"), fit.column("M.2.3"))
     np.testing.assert_array_equal(fit.column("M[2, 3]"), fit.column("M.2.3"))
     with pytest.raises(KeyError, match="no column 'M\\[3,1\\]'"):

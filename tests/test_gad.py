@@ -109,14 +109,14 @@ def test_gadrwm_larger_beta_for_lower_target_accept(gauss2d, fits2d):
     iterations of each chain (β is itself a noisy multiplicative walk)."""
     low = fits2d["gadrwm"]
     high = tune_and_sample(gauss2d, "gadrwm", chains=2, warmup=20000, draws=100, seed=22,
-                           progress=False, target_accept=0.4, **FIGURE1["gadrwm"])
+                           progress=False, adapt_delta=0.4, **FIGURE1["gadrwm"])
 
     def final_beta(fit):
         return np.exp(np.log(fit.warmup_sampler_stats["beta"][:, -5000:]).mean(axis=1))
 
     assert final_beta(low).min() > final_beta(high).max(), (final_beta(low),
                                                              final_beta(high))
-    assert [c["target_accept"] for c in high.metadata["chains"]] == [0.4, 0.4]
+    assert [c["adapt_delta"] for c in high.metadata["chains"]] == [0.4, 0.4]
     det = lambda fit: [np.prod(np.diag(L)) for L in proposal_cholesky(fit)]  # noqa: E731
     assert min(det(low)) > max(det(high))
 
@@ -143,8 +143,8 @@ def test_gadrwm_100d_moments_and_diagonal(gauss100):
     """gadRWM mixes slowly here (paper: min ESS 25 per 2·10⁴ draws): every row is the state
     after 20 iterations, so the 2·10⁴ adaptation iterations are 1000 rows and the kept
     chain 10⁵ iterations."""
-    fit = tune_and_sample(gauss100, "gadrwm", chains=2, warmup=1000, draws=5000, thin=20,
-                          seed=24, progress=False)
+    fit = tune_and_sample(gauss100, "gadrwm", chains=2, warmup=1000, draws=5000,
+                          steps_per_draw=20, seed=24, progress=False)
     assert_moments(fit.params, np.zeros(100), SDS_100)
     for L in proposal_cholesky(fit):
         assert stats.spearmanr(np.diag(L), SDS_100)[0] >= 0.9
@@ -155,8 +155,8 @@ def test_density_minus_infinity_region(sampler):
     """x[1] > 1 rejects: no gradient step is taken from such proposals, and the sampler
     samples the truncated normal."""
     model = StanModel(stan_model_path("reject_region"), {"D": 2})
-    fit = tune_and_sample(model, sampler, chains=2, warmup=2000, draws=3000, thin=2,
-                          seed=28, progress=False)
+    fit = tune_and_sample(model, sampler, chains=2, warmup=2000, draws=3000,
+                          steps_per_draw=2, seed=28, progress=False)
     assert_truncated_normal(fit.params)
     for L in proposal_cholesky(fit):
         assert np.isfinite(L).all() and np.all(np.diag(L) > 0)

@@ -67,7 +67,8 @@ def test_shapes_names_and_metadata(mvn_fit, mvn_model, cmdstan_home):
     assert isinstance(fit, Fit) and fit.sampler == "nuts" and not fit.incomplete
     assert fit.draws.shape == (CHAINS, DRAWS, 3)
     assert fit.warmup_draws.shape == (CHAINS, WARMUP, 3)
-    assert fit.param_names == mvn_model.param_names() == ["x.1", "x.2", "x.3"]
+    assert fit.columns == mvn_model.param_names() == ["x.1", "x.2", "x.3"]
+    assert fit.param_names == ["x[1]", "x[2]", "x[3]"]
     assert fit.n_params == 3
     for name in ("accept_stat", "step_size", "n_grad", "divergent", "treedepth", "energy",
                  "lp"):
@@ -224,7 +225,8 @@ def test_columns_line_up_with_stanmodel(constrained_fit, constrained_model):
     fit = constrained_fit
     names = constrained_model.param_names()
     assert names[:2] == ["sigma", "p"] and len(names) == 8
-    assert fit.param_names == names + ["sigma_sq"]
+    assert fit.columns == names + ["sigma_sq"]
+    assert fit.param_names[:4] == ["sigma", "p", "M[1,1]", "M[2,1]"]  # Stan's names
     assert fit.n_params == 8
     rng = np.random.default_rng(0)
     for chain, draw in zip(rng.integers(CHAINS, size=20), rng.integers(300, size=20)):

@@ -137,8 +137,10 @@ class ProductHMC:
         self.states = [k.init(x0) for k, x0 in zip(self.kernels, x0s, strict=True)]
         self.inv_metrics: list[InvMetric] = [None] * len(self.models)
         self.capacity = capacity
-        self.recs = [ChainRecorder(m.dims, capacity, list(STATS)) if capacity is not None
-                     else _GrowingRecorder(m.dims, 1024, list(STATS)) for m in self.models]
+        self.recs = [ChainRecorder(m.dims, capacity, list(STATS), stream=j == 0)
+                     if capacity is not None
+                     else _GrowingRecorder(m.dims, 1024, list(STATS), stream=j == 0)
+                     for j, m in enumerate(self.models)]  # copy 0 is the chain
 
     @property
     def room(self) -> float:

@@ -47,11 +47,11 @@ __all__ = ["ScaleAdaptedProposal", "AdaptiveMetropolis", "cholesky_rank_one_upda
 # ---- rwm, mala ---------------------------------------------------------------------------
 
 class ScaleAdaptedProposal(Proposal):
-    """Isotropic ``L = σ``, log σ dual-averaged towards ``target_accept``."""
+    """Isotropic ``L = σ``, log σ dual-averaged towards ``adapt_delta``."""
 
-    def __init__(self, scale: float, langevin: bool, target_accept: float):
+    def __init__(self, scale: float, langevin: bool, adapt_delta: float):
         super().__init__(float(scale), langevin)
-        self._averager = DualAveraging(float(scale), target=target_accept)
+        self._averager = DualAveraging(float(scale), target=adapt_delta)
 
     def adapt(self, target: Target, step: MHStep) -> int:
         self.L = self._averager.update(step.accept_prob)
@@ -62,7 +62,7 @@ class ScaleAdaptedProposal(Proposal):
 
 
 def _initial_scale(target: Target, rng: np.random.Generator, x: np.ndarray,
-                   langevin: bool, target_accept: float) -> float:
+                   langevin: bool, adapt_delta: float) -> float:
     """Stan's doubling/halving heuristic, with one proposal per trial scale."""
     lp, grad = target.gradient(x)
 
@@ -75,33 +75,34 @@ def _initial_scale(target: Target, rng: np.random.Generator, x: np.ndarray,
             log_ratio += langevin_log_q_ratio(scale, eps, grad, grad_y)
         return math.log(max(acceptance_probability(log_ratio), 1e-300))
 
-    return initial_step_size(log_accept, 1.0, target_accept)
+    return initial_step_size(log_accept, 1.0, adapt_delta)
 
 
-def _run_isotropic(model, rng, x0, warmup, draws, progress, langevin, target_accept,
-                   step_size, thin) -> ChainResult:
+def _run_isotropic(model, rng, x0, warmup, draws, progress, langevin, adapt_delta,
+                   step_size, steps_per_draw) -> ChainResult:
     target = Target(model)
     if step_size is None:
-        step_size = _initial_scale(target, rng, x0, langevin, target_accept)
-    proposal = ScaleAdaptedProposal(step_size, langevin, target_accept)
-    return run_mh_chain(target, rng, x0, warmup, draws, progress, proposal, thin=thin)
+        step_size = _initial_scale(target, rng, x0, langevin, adapt_delta)
+    proposal = ScaleAdaptedProposal(step_size, langevin, adapt_delta)
+    return run_mh_chain(target, rng, x0, warmup, draws, progress, proposal,
+                        steps_per_draw=steps_per_draw)
 
 
 def run_rwm(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-            progress: Callable[[int], None], *, target_accept: float = 0.234,
-            step_size: float | None = None, thin: int = 1) -> ChainResult:
+            progress: Callable[[int], None], *, adapt_delta: float = 0.234,
+            step_size: float | None = None, steps_per_draw: int = 1) -> ChainResult:
     """Isotropic random-walk Metropolis; ``step_size`` is the initial σ (default:
-    heuristic); ``thin`` as in :func:`~ahmc_stan.samplers.metropolis.run_mh_chain`."""
-    return _run_isotropic(model, rng, x0, warmup, draws, progress, False, target_accept,
-                          step_size, thin)
+    heuristic); ``steps_per_draw`` as in :func:`~ahmc_stan.samplers.metropolis.run_mh_chain`."""
+    return _run_isotropic(model, rng, x0, warmup, draws, progress, False, adapt_delta,
+                          step_size, steps_per_draw)
 
 
 def run_mala(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-             progress: Callable[[int], None], *, target_accept: float = 0.574,
-             step_size: float | None = None, thin: int = 1) -> ChainResult:
+             progress: Callable[[int], None], *, adapt_delta: float = 0.574,
+             step_size: float | None = None, steps_per_draw: int = 1) -> ChainResult:
     """Isotropic MALA; options as :func:`run_rwm`."""
-    return _run_isotropic(model, rng, x0, warmup, draws, progress, True, target_accept,
-                          step_size, thin)
+    return _run_isotropic(model, rng, x0, warmup, draws, progress, True, adapt_delta,
+                          step_size, steps_per_draw)
 
 
 # ---- am ----------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ class AdaptiveMetropolis(Proposal):
     def __init__(self, dims: int, *, initial_scale: float | None = None,
                  learning_rate: float = 0.001, decay_iterations: float = 4000.0,
                  mean_rate: float = 0.01, regularization: float = 1e-8,
-                 adapt_scale: bool = True, target_accept: float = 0.234):
+                 adapt_scale: bool = True, adapt_delta: float = 0.234):
         self.s_d = 2.38**2 / dims
         scale = 0.1 / math.sqrt(dims) if initial_scale is None else float(initial_scale)
         super().__init__(scale / math.sqrt(self.s_d) * np.eye(dims), langevin=False)  # L_Σ
@@ -133,7 +134,7 @@ class AdaptiveMetropolis(Proposal):
         self.mean: np.ndarray | None = None
         self.t = 0
         self.scale = 1.0  # λ
-        self._averager = DualAveraging(1.0, target=target_accept) if adapt_scale else None
+        self._averager = DualAveraging(1.0, target=adapt_delta) if adapt_scale else None
 
     @property
     def noise_dims(self) -> int:
@@ -177,18 +178,18 @@ def run_am(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: 
            progress: Callable[[int], None], *, initial_scale: float | None = None,
            learning_rate: float = 0.001, decay_iterations: float = 4000.0,
            mean_rate: float = 0.01, regularization: float = 1e-8, adapt_scale: bool = True,
-           target_accept: float = 0.234, thin: int = 1) -> ChainResult:
+           adapt_delta: float = 0.234, steps_per_draw: int = 1) -> ChainResult:
     """Adaptive Metropolis: ``γₜ = learning_rate/(1 + t/decay_iterations)``, γ_μ =
     ``mean_rate``, δ =
     ``regularization``, initial proposal ``initial_scale²·I`` (0.1/√n); λ adapted towards
-    ``target_accept`` unless ``adapt_scale=False`` (then λ = 1, Haario's plain AM)."""
+    ``adapt_delta`` unless ``adapt_scale=False`` (then λ = 1, Haario's plain AM)."""
     proposal = AdaptiveMetropolis(len(x0), initial_scale=initial_scale,
                                   learning_rate=learning_rate,
                                   decay_iterations=decay_iterations, mean_rate=mean_rate,
                                   regularization=regularization, adapt_scale=adapt_scale,
-                                  target_accept=target_accept)
+                                  adapt_delta=adapt_delta)
     return run_mh_chain(Target(model), rng, x0, warmup, draws, progress, proposal,
-                        thin=thin)
+                        steps_per_draw=steps_per_draw)
 
 
 # ---- hmc ---------------------------------------------------------------------------------

@@ -1,9 +1,21 @@
-"""What every sampler's chain records, and hands back to ``tune_and_sample``."""
+"""What every sampler's chain records, and hands back to ``tune_and_sample``.
+
+A chain's recorder can also stream every block it records to a file as it is made
+(:func:`streaming`, ``tune_and_sample(..., output_dir=...)``), so that a run killed outright
+(not just interrupted) keeps its draws: :func:`read_stream` turns the file back into the
+:class:`ChainResult` the chain had reached.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
+import math
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -28,10 +40,14 @@ class ChainResult:
 class ChainRecorder:
     """Preallocated storage for a chain's positions and statistics."""
 
-    def __init__(self, dims: int, capacity: int, stat_names: list[str]):
+    def __init__(self, dims: int, capacity: int, stat_names: list[str], *,
+                 stream: bool = True):
         self.positions = np.empty((capacity, dims))
         self.stats = {name: np.zeros(capacity) for name in (*COMMON_STATS, *stat_names, "phase")}
         self.n = 0
+        # the chain's stream (:func:`streaming`), claimed by its first recorder; helpers'
+        # recorders (the bandit's copies) pass ``stream=False``
+        self._stream = _claim_stream(dims, list(self.stats)) if stream else None
         self.interrupted = False
         self.sampling_start: float | None = None
         self._warmup_seconds = 0.0
@@ -46,6 +62,9 @@ class ChainRecorder:
         self.positions[block] = positions[:n_new]
         for name, value in stats.items():
             self.stats[name][block] = np.broadcast_to(value, (len(positions),))[:n_new]
+        if self._stream is not None:
+            self._stream.write(self.n, self.positions[block],
+                               [self.stats[k][block] for k in self._stream.stat_names])
         self.n += n_new
 
     def discard(self, start: int = 0) -> dict[str, float]:
@@ -68,6 +87,8 @@ class ChainRecorder:
         for values in self.stats.values():
             values[rows] = 0
         self.n = start
+        if self._stream is not None:
+            self._stream.discard(start, counts)
         return counts
 
     def positions_since(self, start: int) -> np.ndarray:
@@ -79,6 +100,8 @@ class ChainRecorder:
 
     def result(self, warmup: int, chain_start: float, extras: dict) -> ChainResult:
         now = time.perf_counter()
+        if self._stream is not None:
+            self._stream.file.close()
         if self.sampling_start is None:
             time_warmup, time_sampling = now - chain_start, 0.0
         else:
@@ -90,3 +113,133 @@ class ChainRecorder:
         return ChainResult(self.positions[:self.n].copy(), stats, min(self.n, warmup),
                            max(0, self.n - warmup), time_warmup, time_sampling,
                            self.interrupted, extras)
+
+
+def thin_stats(stats: dict[str, np.ndarray], thin: int) -> dict[str, np.ndarray]:
+    """Statistics (iterations on the last axis) of every ``thin``-th iteration, the
+    first kept; evaluation counts (:data:`ahmc_stan.costs.COST_STATS`) summed over the
+    ``thin`` iterations a kept one stands for, so totals do not change."""
+    from ..costs import COST_STATS
+
+    out = {}
+    for name, values in stats.items():
+        values = np.asarray(values)
+        starts = np.arange(0, values.shape[-1], thin)
+        if name in COST_STATS and len(starts):
+            out[name] = np.add.reduceat(values, starts, axis=-1)
+        else:
+            out[name] = values[..., ::thin].copy()
+    return out
+
+
+def thin_result(result: ChainResult, warmup: int, thin: int) -> ChainResult:
+    """Every ``thin``-th sampling iteration of ``result`` (the first, then every
+    ``thin``-th, as CmdStan's ``thin``; :func:`thin_stats`); warmup iterations are all
+    kept."""
+    if thin == 1:
+        return result
+    n_warm, n_samp = result.n_warmup, result.n_sampling
+    sampling = thin_stats({k: v[n_warm:n_warm + n_samp] for k, v in result.stats.items()},
+                          thin)
+    stats = {k: np.concatenate([v[:n_warm], sampling[k]]) for k, v in result.stats.items()}
+    positions = np.concatenate([result.positions[:n_warm],
+                                result.positions[n_warm:n_warm + n_samp:thin]])
+    return dataclasses.replace(result, positions=positions, stats=stats,
+                               n_sampling=len(positions) - n_warm)
+
+
+# ---- streaming a chain to a file ------------------------------------------------------------
+#
+# File layout: one JSON header line (dims, statistic names), then records of float64 values
+# ``[row, elapsed seconds, *position, *statistics]``.  ``row`` >= 0: the iterations from that
+# row on (a block of several records); ``row`` = -(start + 1): the recorder discarded the
+# iterations from ``start`` on (a restarted warmup), the statistics holding the discarded
+# evaluation counts.  A torn last record (a killed process) is ignored on reading.
+
+_STREAM_PATH: Path | None = None
+
+
+@contextlib.contextmanager
+def streaming(path: str | os.PathLike | None):
+    """Within the block, the first :class:`ChainRecorder` created streams to ``path``."""
+    global _STREAM_PATH
+    previous, _STREAM_PATH = _STREAM_PATH, None if path is None else Path(path)
+    try:
+        yield
+    finally:
+        _STREAM_PATH = previous
+
+
+class _Stream:
+    def __init__(self, path: Path, dims: int, stat_names: list[str]):
+        self.dims, self.stat_names = dims, stat_names
+        self.start = time.perf_counter()
+        self.file = open(path, "wb")
+        header = {"format": "ahmc_stan.chain", "dims": dims, "stats": stat_names}
+        self.file.write((json.dumps(header) + "\n").encode())
+        self.file.flush()
+
+    def write(self, row: int, positions: np.ndarray, stats: list[np.ndarray]) -> None:
+        n = len(positions)
+        if not n:
+            return
+        block = np.empty((n, 2 + self.dims + len(stats)))
+        block[:, 0] = row + np.arange(n)
+        block[:, 1] = time.perf_counter() - self.start
+        block[:, 2:2 + self.dims] = positions
+        for j, values in enumerate(stats):
+            block[:, 2 + self.dims + j] = values
+        self.file.write(block.tobytes())
+        self.file.flush()
+
+    def discard(self, start: int, counts: dict[str, float]) -> None:
+        record = np.full(2 + self.dims + len(self.stat_names), math.nan)
+        record[0] = -(start + 1)
+        record[2 + self.dims:] = [counts.get(k, 0.0) for k in self.stat_names]
+        self.file.write(record.tobytes())
+        self.file.flush()
+
+
+def _claim_stream(dims: int, stat_names: list[str]) -> _Stream | None:
+    global _STREAM_PATH
+    path, _STREAM_PATH = _STREAM_PATH, None
+    return None if path is None else _Stream(path, dims, stat_names)
+
+
+def read_stream(path: str | os.PathLike, warmup: int) -> ChainResult:
+    """The :class:`ChainResult` a streamed chain had reached (flagged ``interrupted``;
+    times from the records' clock; no ``extras``)."""
+    from ..costs import COST_STATS
+
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())
+        raw = f.read()
+    dims, names = header["dims"], header["stats"]
+    width = 2 + dims + len(names)
+    records = np.frombuffer(raw[:len(raw) // (8 * width) * 8 * width]).reshape(-1, width)
+    rows = records[:, 0]
+    n = 0 if not len(records) else int(max(rows.max() + 1, 0))
+    positions, values = np.empty((n, dims)), np.zeros((n, len(names)))
+    charged, charge_row = np.zeros(len(names)), None
+    length, warm_time, last_time = 0, 0.0, 0.0
+    cost = np.array([k in COST_STATS for k in names])
+    for record in records:
+        row = int(record[0])
+        if row < 0:  # a discard: forget rows from start on, keep their evaluation counts
+            start = -row - 1
+            charged[cost] += record[2 + dims:][cost]
+            charge_row = start if charge_row is None else min(charge_row, start)
+            values[start:length] = 0
+            length = start
+            continue
+        positions[row], values[row] = record[2:2 + dims], record[2 + dims:]
+        length, last_time = row + 1, record[1]
+        if row < warmup:
+            warm_time = record[1]
+    if charge_row is not None and charge_row < length:
+        values[charge_row] += charged
+    return ChainResult(positions[:length].copy(),
+                       {k: values[:length, j].copy() for j, k in enumerate(names)},
+                       min(length, warmup), max(0, length - warmup), warm_time,
+                       max(0.0, last_time - warm_time) if length > warmup else 0.0,
+                       interrupted=True)

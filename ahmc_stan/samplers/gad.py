@@ -127,7 +127,7 @@ class GadProposal(Proposal):
 
     stat_names = ("beta",)
 
-    def __init__(self, dims: int, *, langevin: bool, exact: bool, target_accept: float,
+    def __init__(self, dims: int, *, langevin: bool, exact: bool, adapt_delta: float,
                  learning_rate: float, rho_beta: float = 0.02, beta: float = 1.0,
                  initial_scale: float | None = None, min_diag_ratio: float = 0.5,
                  min_beta: float = 1e-4):
@@ -136,7 +136,7 @@ class GadProposal(Proposal):
         self.count_names = ("n_hvp",) if exact else ()
         scale = 0.1 / math.sqrt(dims) if initial_scale is None else float(initial_scale)
         super().__init__(scale * np.eye(dims), langevin)
-        self.exact, self.target_accept = exact, float(target_accept)
+        self.exact, self.adapt_delta = exact, float(adapt_delta)
         self.learning_rate, self.rho_beta = float(learning_rate), float(rho_beta)
         self.beta, self.min_diag_ratio = float(beta), float(min_diag_ratio)
         self.min_beta = float(min_beta)
@@ -161,7 +161,7 @@ class GadProposal(Proposal):
             if grad is not None:
                 self._step(grad)
         self.beta = max(self.min_beta, self.beta * (
-            1 + self.rho_beta * (float(step.accepted) - self.target_accept)))
+            1 + self.rho_beta * (float(step.accepted) - self.adapt_delta)))
         return made
 
     def _step(self, grad: np.ndarray) -> None:
@@ -183,55 +183,55 @@ class GadProposal(Proposal):
         return {"beta": self.beta}
 
     def extras(self) -> dict:
-        return {**super().extras(), "beta": self.beta, "target_accept": self.target_accept}
+        return {**super().extras(), "beta": self.beta, "adapt_delta": self.adapt_delta}
 
 
-def _run(model, rng, x0, warmup, draws, progress, variant, target_accept, learning_rate,
-         rho_beta, initial_scale, thin, min_diag_ratio, min_beta) -> ChainResult:
+def _run(model, rng, x0, warmup, draws, progress, variant, adapt_delta, learning_rate,
+         rho_beta, initial_scale, steps_per_draw, min_diag_ratio, min_beta) -> ChainResult:
     default_accept, default_rate = DEFAULTS[variant]
     proposal = GadProposal(
         len(x0), langevin=variant != "rwm", exact=variant == "exact",
-        target_accept=default_accept if target_accept is None else target_accept,
+        adapt_delta=default_accept if adapt_delta is None else adapt_delta,
         learning_rate=default_rate if learning_rate is None else learning_rate,
         rho_beta=rho_beta, initial_scale=initial_scale, min_diag_ratio=min_diag_ratio,
         min_beta=min_beta)
     return run_mh_chain(Target(model), rng, x0, warmup, draws, progress, proposal,
-                        thin=thin)
+                        steps_per_draw=steps_per_draw)
 
 
 def run_gadrwm(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-               progress: Callable[[int], None], *, target_accept: float | None = None,
+               progress: Callable[[int], None], *, adapt_delta: float | None = None,
                learning_rate: float | None = None, rho_beta: float = 0.02,
-               initial_scale: float | None = None, thin: int = 1,
+               initial_scale: float | None = None, steps_per_draw: int = 1,
                min_diag_ratio: float = 0.5, min_beta: float = 1e-4) -> ChainResult:
-    """gadRWM (section 2.2): α* = ``target_accept`` (0.25), η = ``learning_rate``
+    """gadRWM (section 2.2): α* = ``adapt_delta`` (0.25), η = ``learning_rate``
     (0.00005), ρ_β = ``rho_beta``, L₀ = ``initial_scale``·I (0.1/√n), β ≥ ``min_beta``;
-    ``thin`` as in :func:`~ahmc_stan.samplers.metropolis.run_mh_chain`."""
-    return _run(model, rng, x0, warmup, draws, progress, "rwm", target_accept,
-                learning_rate, rho_beta, initial_scale, thin, min_diag_ratio, min_beta)
+    ``steps_per_draw`` as in :func:`~ahmc_stan.samplers.metropolis.run_mh_chain`."""
+    return _run(model, rng, x0, warmup, draws, progress, "rwm", adapt_delta,
+                learning_rate, rho_beta, initial_scale, steps_per_draw, min_diag_ratio, min_beta)
 
 
 def run_gadmala(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-                progress: Callable[[int], None], *, target_accept: float | None = None,
+                progress: Callable[[int], None], *, adapt_delta: float | None = None,
                 learning_rate: float | None = None, rho_beta: float = 0.02,
-                initial_scale: float | None = None, thin: int = 1,
+                initial_scale: float | None = None, steps_per_draw: int = 1,
                 min_diag_ratio: float = 0.5, min_beta: float = 1e-4) -> ChainResult:
     """gadMALAf (section 2.3, ∇log π(y) held constant): α* 0.55, η 0.00015; options as
     :func:`run_gadrwm`."""
-    return _run(model, rng, x0, warmup, draws, progress, "fast", target_accept,
-                learning_rate, rho_beta, initial_scale, thin, min_diag_ratio, min_beta)
+    return _run(model, rng, x0, warmup, draws, progress, "fast", adapt_delta,
+                learning_rate, rho_beta, initial_scale, steps_per_draw, min_diag_ratio, min_beta)
 
 
 def run_gadmala_exact(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
                       draws: int, progress: Callable[[int], None], *,
-                      target_accept: float | None = None,
+                      adapt_delta: float | None = None,
                       learning_rate: float | None = None, rho_beta: float = 0.02,
-                      initial_scale: float | None = None, thin: int = 1,
+                      initial_scale: float | None = None, steps_per_draw: int = 1,
                       min_diag_ratio: float = 0.5, min_beta: float = 1e-4) -> ChainResult:
     """gadMALAe (section 2.3, differentiating through ∇log π(y) with a Hessian-vector
     product); options as :func:`run_gadrwm`."""
-    return _run(model, rng, x0, warmup, draws, progress, "exact", target_accept,
-                learning_rate, rho_beta, initial_scale, thin, min_diag_ratio, min_beta)
+    return _run(model, rng, x0, warmup, draws, progress, "exact", adapt_delta,
+                learning_rate, rho_beta, initial_scale, steps_per_draw, min_diag_ratio, min_beta)
 
 
 # ---- inspecting the adapted proposal -----------------------------------------------------

@@ -201,18 +201,20 @@ _LOOP_STATS = ("step_size", "n_density", "accepted", "lp")
 
 def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmup: int,
                  draws: int, progress: Callable[[int], None], proposal: Proposal, *,
-                 thin: int = 1, block_size: int = 200) -> ChainResult:
+                 steps_per_draw: int = 1, block_size: int = 200) -> ChainResult:
     """``warmup`` adapted then ``draws`` fixed-proposal rows; each row is the state after
-    ``thin`` MH iterations (``n_grad``/``n_density`` summed and ``accept_stat``/``accepted``
-    averaged over them), so the chain runs ``(warmup + draws)·thin`` iterations.
+    ``steps_per_draw`` MH iterations (``n_grad``/``n_density`` summed and
+    ``accept_stat``/``accepted`` averaged over them), so the chain runs
+    ``(warmup + draws)·steps_per_draw`` iterations (seed 003's protocol; unlike
+    ``tune_and_sample``'s ``thin``, adaptation also sees every iteration of warmup).
 
     Statistics: ``accept_stat`` (mean ``min(1, ratio)``), ``accepted`` (fraction),
     ``n_grad`` (gradient evaluations, each also giving the density), ``n_density``
     (density-only evaluations), ``divergent`` (always 0), ``step_size`` (σ or nan), ``lp``,
     and the proposal's ``stat_names`` and ``count_names`` (``n_hvp``).
     """
-    if thin < 1:
-        raise ValueError(f"thin must be a positive integer, not {thin}")
+    if steps_per_draw < 1:
+        raise ValueError(f"steps_per_draw must be a positive integer, not {steps_per_draw}")
     dims = len(x0)
     n_noise = proposal.noise_dims or dims
     rec = ChainRecorder(dims, warmup + draws,
@@ -236,7 +238,7 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
             rows, done = np.empty((n_rows, dims)), 0
             out = {k: np.zeros(n_rows) for k in names}
             for i in range(n_rows):
-                for _ in range(thin):
+                for _ in range(steps_per_draw):
                     eps = rng.standard_normal(n_noise)
                     log_u = math.log(rng.uniform())
                     y = proposal.propose(x, grad, eps)
@@ -261,8 +263,8 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
                         x, lp = y, lp_y
                         if proposal.langevin:
                             grad = grad_y
-                    out["accept_stat"][i] += prob / thin
-                    out["accepted"][i] += accepted / thin
+                    out["accept_stat"][i] += prob / steps_per_draw
+                    out["accepted"][i] += accepted / steps_per_draw
                 rows[i] = x
                 out["lp"][i] = lp
                 out["step_size"][i] = proposal.step_size
@@ -281,4 +283,4 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
                     **{k: v[:done] for k, v in out.items()})
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
-    return rec.result(warmup, start, {**proposal.extras(), "thin": thin})
+    return rec.result(warmup, start, {**proposal.extras(), "steps_per_draw": steps_per_draw})
