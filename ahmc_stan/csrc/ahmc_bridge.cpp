@@ -275,7 +275,14 @@ bs_model* bs_model_construct(const char* data, unsigned int seed, char** error_m
          << "Stan " << stan::MAJOR_VERSION << '.' << stan::MINOR_VERSION << '.'
          << stan::PATCH_VERSION << ", Stan Math " << STAN_MATH_MAJOR << '.'
          << STAN_MATH_MINOR << '.' << STAN_MATH_PATCH << "\n"
-         << "build: " << AHMC_BUILD_INFO << "\n";
+         << "build: " << AHMC_BUILD_INFO << "\n"
+         // the defines, one per line as BridgeStan's model_info lists them: nutpie
+         // runs chains in threads only on a library that says STAN_THREADS=true
+#ifdef STAN_THREADS
+         << "STAN_THREADS=true\n";
+#else
+         << "STAN_THREADS=false\n";
+#endif
     for (const auto& line : m->model->model_compile_info()) {
       info << line << "\n";
     }
