@@ -77,6 +77,23 @@ def breast_cancer_data(prior_sd: float = 10.0) -> dict:
 
 # ---- Gaussian targets ------------------------------------------------------------------------
 
+def uncentred_regression_data(name: str) -> dict:
+    """Real regressions on an uncentred predictor (``linear_regression.stan``), whose
+    intercept and slope have posterior correlation beyond 0.99: ``"nhtemp"``, the mean
+    annual temperature in New Haven (°F) on the calendar year, 1912–1971 (R's datasets);
+    ``"galton"``, a child's height on the mid-parent height in inches (HistData)."""
+    if name == "nhtemp":
+        d = _rdataset("datasets", "nhtemp")
+        x, y = d["time"], d["value"]
+    elif name == "galton":
+        d = _rdataset("HistData", "Galton")
+        x, y = d["parent"], d["child"]
+    else:
+        raise ValueError(f"unknown regression {name!r}: nhtemp or galton")
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    return {"N": len(x), "x": x, "y": y}
+
+
 def correlated_gaussian_data(rho: float = 0.99) -> dict:
     """``mvn.stan``: the 2-d Gaussian with unit variances and correlation ``rho``
     (Wang et al. 2013 Figure 1; Titsias & Dellaportas section 4.1)."""

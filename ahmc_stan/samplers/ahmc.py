@@ -6,7 +6,8 @@ One chain runs in two warmup phases and a sampling phase:
 1. **Scale** (skipped when ``metric="identity"`` and a ``box`` is given, the paper's
    setting): HMC at a path length of about one unit with Stan's step-size dual averaging,
    and — for ``metric="diag"`` or ``"dense"`` — Stan's windowed estimation of the inverse
-   metric.  Its end product is the metric and a reference step size ε*.  This phase takes
+   metric (``metric="fisher"``: in the same windows, the diagonal estimate from draws and
+   gradients, :func:`~ahmc_stan.tuning.windows.fisher_inv_metric`).  Its end product is the metric and a reference step size ε*.  This phase takes
    ``scale_fraction`` of warmup (default 1/2 with a metric to adapt, 1/5 otherwise).
 2. **Bayesian optimisation** over the box Γ of (ε, L) with the metric now fixed, so the
    tuner never chases a moving target: blocks of ``m = B/k`` iterations at γ_i, each with
@@ -35,7 +36,7 @@ from ..hmc import HMCKernel, HMCParameters
 from ..tuning import Box, Dimension
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
-from ..tuning.windows import adaptation_windows, regularized_inv_metric
+from ..tuning.windows import adaptation_windows, fisher_inv_metric, regularized_inv_metric
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            run_tuned_blocks, tuning_extras)
@@ -74,7 +75,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
     inv_metric = metric if fixed else None if metric == "identity" else (
-        np.ones(dims) if metric == "diag" else np.eye(dims))
+        np.eye(dims) if metric == "dense" else np.ones(dims))
+    grads = []  # the gradient at each iteration's state (metric="fisher")
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
         _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
@@ -90,6 +92,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
         params = HMCParameters(eps, n_steps, inv_metric)
         state, info = kernel.step(rng, state, params)
         _record(rec, info, params, phase=0)
+        if metric == "fisher":
+            grads.append(state.logdensity_grad)
         eps = averager.update(float(info.acceptance_rate[0]))
         if detector is not None:
             reason = detector.update(eps, state.position, float(info.acceptance_rate[0]),
@@ -100,8 +104,12 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
             progress(rec.n)
         if it + 1 in window_start:
             start = window_start[it + 1]
-            inv_metric = regularized_inv_metric(rec.positions_since(start),
-                                                dense=metric == "dense")
+            if metric == "fisher":
+                inv_metric = fisher_inv_metric(rec.positions_since(start),
+                                               np.array(grads[start:]))
+            else:
+                inv_metric = regularized_inv_metric(rec.positions_since(start),
+                                                    dense=metric == "dense")
             eps = initial_step_size(log_accept, averager.final)
             averager.restart(eps)
             if detector is not None:
@@ -176,8 +184,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
-    if not fixed_metric and metric not in ("identity", "diag", "dense"):
-        raise ValueError(f"metric must be 'identity', 'diag', 'dense' or an array, not {metric!r}")
+    if not fixed_metric and metric not in ("identity", "diag", "dense", "fisher"):
+        raise ValueError("metric must be 'identity', 'diag', 'dense', 'fisher' or an array, "
+                         f"not {metric!r}")
     adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
     restarts = WarmupRestarts(max_restarts, detect_stuck)

@@ -1,7 +1,11 @@
 """Metric adaptation in Stan's windows (Stan Reference Manual, "HMC algorithm parameters",
 automatic parameter tuning): a fast initial buffer, slow windows doubling in length in
 which the covariance is estimated, and a terminal buffer; the estimate is regularised
-towards a small multiple of the identity exactly as Stan does."""
+towards a small multiple of the identity exactly as Stan does.
+
+Besides Stan's estimate from the draws alone, :func:`fisher_inv_metric` estimates a
+diagonal inverse metric from the draws *and their gradients* (Seyboldt, Carlson &
+Carpenter 2026, the diagonal minimiser of their Fisher divergence)."""
 
 from __future__ import annotations
 
@@ -39,3 +43,20 @@ def regularized_inv_metric(draws: np.ndarray, dense: bool) -> np.ndarray:
         cov = np.atleast_2d(np.cov(draws, rowvar=False))
         return shrink * cov + ridge * np.eye(cov.shape[0])
     return shrink * np.var(draws, axis=0, ddof=1) + ridge
+
+
+def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
+    """The diagonal inverse metric that minimises the Fisher divergence between the
+    target and the Gaussian the metric implies, estimated from the window's draws and
+    the gradients of the log density there: ``M⁻¹_i = sd(x_i) / sd(∇_i log p)``, exact
+    (the variance) for every Gaussian with diagonal covariance whatever the number of
+    draws.  Regularised as :func:`regularized_inv_metric`; a coordinate whose draws or
+    gradients do not vary keeps the Stan estimate."""
+    n = len(draws)
+    shrink, ridge = n / (n + 5.0), 1e-3 * 5.0 / (n + 5.0)
+    sd_x = np.std(draws, axis=0, ddof=1)
+    sd_g = np.std(grads, axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = np.where((sd_x > 0) & (sd_g > 0) & np.isfinite(sd_g), sd_x / sd_g,
+                            sd_x ** 2)
+    return shrink * estimate + ridge

@@ -1,0 +1,137 @@
+"""AHMC against the best NUTS: CmdStan's NUTS, nutpie (diagonal) and nutpie (low rank),
+side by side in one run (issue "Beat the best NUTS"):
+
+    python comparisons/nuts_peers.py [--seeds 1,2,3] [--models gauss2d,neal100,...]
+                                     [--chains 4] [--warmup 1000] [--draws 1000]
+
+Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-d, the
+51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP) and two real
+regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
+on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
+AHMC with each metric (``diag``: Stan's windows; ``fisher``: draws and gradients), CmdStan
+NUTS, nutpie, nutpie low-rank; same chains, iterations and seeds.  For each model and
+sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
+second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat.
+Writes ``comparisons/results/nuts_peers.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import ahmc_stan
+from ahmc_stan import datasets
+from ahmc_stan.comparison import to_markdown
+from ahmc_stan.peers import run_peer
+from ahmc_stan.suite import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "comparisons" / "results"
+SUITE = ["gauss2d", "neal100", "gp51", "pima", "ripley", "breast_cancer", "caravan", "sv",
+         "lgcp"]
+REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
+               "galton": "child on mid-parent height, inches (Galton)"}
+OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"}}
+PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
+
+
+def load(name: str):
+    if name in REGRESSIONS:
+        return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",
+                                   datasets.uncentred_regression_data(name))
+    exp = EXPERIMENTS[name]
+    return ahmc_stan.StanModel(ROOT / "stan_models" / exp.stan_file, exp.data(False))
+
+
+def run_one(model, sampler: str, run: dict) -> dict:
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if sampler in OURS:
+            fit = ahmc_stan.tune_and_sample(model, progress=False, diagnose=False,
+                                            **OURS[sampler], **run)
+        else:
+            fit = run_peer(sampler, model, diagnose=False, **run)
+    e = fit.efficiency()
+    grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    return {"min_ess": e["min_ess_bulk"], "per_grad": e["min_ess_per_grad_total"],
+            "per_s": e["min_ess_per_s_total"], "max_rhat": e["max_rhat"],
+            "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
+            "wall": time.perf_counter() - start}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--models", default=",".join(SUITE + list(REGRESSIONS)))
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--out", default=str(RESULTS / "nuts_peers"))
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    samplers = list(OURS) + PEERS
+    start = time.perf_counter()
+    rows = {}
+    for name in models:
+        model = load(name)
+        runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=args.warmup,
+                                           draws=args.draws, seed=seed))
+                    for seed in seeds] for s in samplers}
+        med = {s: {k: float(np.median([r[k] for r in runs[s]])) for k in runs[s][0]}
+               for s in samplers}
+        for s in samplers:
+            med[s]["max_rhat"] = float(max(r["max_rhat"] for r in runs[s]))
+        best = {k: max(med[p][k] for p in PEERS) for k in ("per_grad", "per_s")}
+        rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best}
+        print(f"{name}: " + ", ".join(
+            f"{s} {med[s]['per_grad'] / best['per_grad']:.2f}×/grad "
+            f"{med[s]['per_s'] / best['per_s']:.2f}×/s" for s in samplers), flush=True)
+    wall = time.perf_counter() - start
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(
+        {"command": "python comparisons/nuts_peers.py " + " ".join(argv or []),
+         "seeds": seeds, "chains": args.chains, "warmup": args.warmup,
+         "draws": args.draws, "wall_seconds": wall, "models": rows}, indent=1))
+    out.with_suffix(".md").write_text(report(rows, seeds, args, wall))
+    print(report(rows, seeds, args, wall))
+
+
+def report(rows: dict, seeds, args, wall: float) -> str:
+    import pandas as pd
+
+    lines = [f"# AHMC against the best NUTS\n",
+             f"{args.chains} chains × {args.warmup} warmup + {args.draws} draws, seeds "
+             f"{seeds}, medians over seeds; ESS per gradient and per second with warmup "
+             f"included; ratios to the best of CmdStan NUTS, nutpie and nutpie low-rank "
+             f"on that model; worst R-hat over seeds. Wall time {wall / 60:.0f} min.\n"]
+    table = {}
+    for name, row in rows.items():
+        med, best = row["median"], row["best_nuts"]
+        entry = {"dims": row["dims"]}
+        for s, m in med.items():
+            entry[f"{s} /grad"] = m["per_grad"] / best["per_grad"]
+            entry[f"{s} /s"] = m["per_s"] / best["per_s"]
+            entry[f"{s} R-hat"] = m["max_rhat"]
+        table[name] = entry
+    df = pd.DataFrame.from_dict(table, orient="index")
+    df.index.name = "model"
+    lines.append(to_markdown(df, floatfmt=".3g"))
+    lines.append("\nWarmup share of AHMC's gradients (median): " + ", ".join(
+        f"{n} {row['median']['ahmc_diag']['warmup_share']:.0%} (diag) / "
+        f"{row['median']['ahmc_fisher']['warmup_share']:.0%} (fisher)"
+        for n, row in rows.items()) + "\n")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
