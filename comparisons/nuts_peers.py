@@ -38,7 +38,8 @@ SUITE = ["gauss2d", "neal100", "gp51", "pima", "ripley", "breast_cancer", "carav
          "lgcp"]
 REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
                "galton": "child on mid-parent height, inches (Galton)"}
-OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"}}
+OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
+        "ahmc_low_rank": {"metric": "low_rank"}}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 
@@ -99,7 +100,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
-        {"command": "python comparisons/nuts_peers.py " + " ".join(argv or []),
+        {"command": "python comparisons/nuts_peers.py --seeds " + args.seeds,
          "seeds": seeds, "chains": args.chains, "warmup": args.warmup,
          "draws": args.draws, "wall_seconds": wall, "models": rows}, indent=1))
     out.with_suffix(".md").write_text(report(rows, seeds, args, wall))
@@ -109,28 +110,33 @@ def main(argv=None) -> None:
 def report(rows: dict, seeds, args, wall: float) -> str:
     import pandas as pd
 
-    lines = [f"# AHMC against the best NUTS\n",
-             f"{args.chains} chains × {args.warmup} warmup + {args.draws} draws, seeds "
-             f"{seeds}, medians over seeds; ESS per gradient and per second with warmup "
-             f"included; ratios to the best of CmdStan NUTS, nutpie and nutpie low-rank "
-             f"on that model; worst R-hat over seeds. Wall time {wall / 60:.0f} min.\n"]
-    table = {}
-    for name, row in rows.items():
-        med, best = row["median"], row["best_nuts"]
-        entry = {"dims": row["dims"]}
-        for s, m in med.items():
-            entry[f"{s} /grad"] = m["per_grad"] / best["per_grad"]
-            entry[f"{s} /s"] = m["per_s"] / best["per_s"]
-            entry[f"{s} R-hat"] = m["max_rhat"]
-        table[name] = entry
+    lines = ["# AHMC against the best NUTS\n",
+             f"Command: `python comparisons/nuts_peers.py --seeds {args.seeds}` "
+             f"({args.chains} chains × {args.warmup} warmup + {args.draws} draws); medians "
+             f"over seeds; min bulk ESS per gradient and per second, warmup included, "
+             f"as ratios to the best of CmdStan NUTS, nutpie and nutpie low-rank on that "
+             f"model (so 1 is the best NUTS); worst R-hat over seeds. Wall time "
+             f"{wall / 60:.0f} min.\n"]
+    samplers = list(next(iter(rows.values()))["median"]) if rows else []
+    for title, key in (("per gradient (warmup included)", "per_grad"),
+                       ("per second (warmup included)", "per_s")):
+        table = {name: {"dims": row["dims"], **{
+            s: row["median"][s][key] / row["best_nuts"][key] for s in samplers}}
+            for name, row in rows.items()}
+        df = pd.DataFrame.from_dict(table, orient="index")
+        df.index.name = "model"
+        lines += [f"\n## Min ESS {title} ÷ best NUTS\n", to_markdown(df, floatfmt=".3g")]
+    table = {name: {s: row["median"][s]["max_rhat"] for s in samplers}
+             for name, row in rows.items()}
     df = pd.DataFrame.from_dict(table, orient="index")
     df.index.name = "model"
-    lines.append(to_markdown(df, floatfmt=".3g"))
-    lines.append("\nWarmup share of AHMC's gradients (median): " + ", ".join(
-        f"{n} {row['median']['ahmc_diag']['warmup_share']:.0%} (diag) / "
-        f"{row['median']['ahmc_fisher']['warmup_share']:.0%} (fisher)"
-        for n, row in rows.items()) + "\n")
-    return "\n".join(lines)
+    lines += ["\n## Worst R-hat\n", to_markdown(df, floatfmt=".3g")]
+    table = {name: {s: row["median"][s]["warmup_share"] for s in samplers}
+             for name, row in rows.items()}
+    df = pd.DataFrame.from_dict(table, orient="index")
+    df.index.name = "model"
+    lines += ["\n## Share of gradients spent in warmup\n", to_markdown(df, floatfmt=".2f")]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ One chain runs in two warmup phases and a sampling phase:
    setting): HMC at a path length of about one unit with Stan's step-size dual averaging,
    and — for ``metric="diag"`` or ``"dense"`` — Stan's windowed estimation of the inverse
    metric (``metric="fisher"``: in the same windows, the diagonal estimate from draws and
-   gradients, :func:`~ahmc_stan.tuning.windows.fisher_inv_metric`).  Its end product is the metric and a reference step size ε*.  This phase takes
+   gradients, :func:`~ahmc_stan.tuning.windows.fisher_inv_metric`; ``"low_rank"``: that
+   diagonal corrected in the directions where the draws and gradients say it is off,
+   :func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`).  Its end product is the metric and a reference step size ε*.  This phase takes
    ``scale_fraction`` of warmup (default 1/2 with a metric to adapt, 1/5 otherwise).
 2. **Bayesian optimisation** over the box Γ of (ε, L) with the metric now fixed, so the
    tuner never chases a moving target: blocks of ``m = B/k`` iterations at γ_i, each with
@@ -36,7 +38,8 @@ from ..hmc import HMCKernel, HMCParameters
 from ..tuning import Box, Dimension
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
-from ..tuning.windows import adaptation_windows, fisher_inv_metric, regularized_inv_metric
+from ..tuning.windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
+                              regularized_inv_metric)
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            run_tuned_blocks, tuning_extras)
@@ -53,6 +56,11 @@ def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
 
 
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
+
+#: Metrics estimated from gradients (``fisher``, ``low_rank``): initial buffer and first
+#: window length of the scale phase, and the cap on leapfrog steps before the first
+#: estimate.
+EARLY_BUFFER = 10
 
 
 def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra) -> None:
@@ -76,7 +84,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
     fixed = isinstance(metric, np.ndarray)
     inv_metric = metric if fixed else None if metric == "identity" else (
         np.eye(dims) if metric == "dense" else np.ones(dims))
-    grads = []  # the gradient at each iteration's state (metric="fisher")
+    from_gradients = metric in ("fisher", "low_rank")
+    grads = []  # the gradient at each iteration's state (metrics from gradients)
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
         _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
@@ -85,14 +94,23 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
     eps = initial_step_size(log_accept) if n_iter else 1.0
     averager = DualAveraging(eps, target=adapt_delta)
     detector = restarts.detector(dims, eps) if restarts is not None and n_iter else None
-    windows = dict(adaptation_windows(n_iter)) if inv_metric is not None and not fixed else {}
+    if inv_metric is None or fixed:
+        windows = {}
+    elif from_gradients:  # a few draws suffice: estimate early and often, then double
+        windows = dict(adaptation_windows(n_iter, init_buffer=EARLY_BUFFER,
+                                          base_window=EARLY_BUFFER))
+    else:
+        windows = dict(adaptation_windows(n_iter))
     window_start = {end: start for start, end in windows.items()}
+    # before the first estimate from gradients, short paths: the draws need only span the
+    # space, not be independent, and a badly scaled start makes ε tiny and 2/ε steps long
+    cap = EARLY_BUFFER if from_gradients and windows else max_num_steps
     for it in range(n_iter):
-        n_steps = int(np.clip(round(2.0 / eps), 1, max_num_steps))
+        n_steps = int(np.clip(round(2.0 / eps), 1, cap))
         params = HMCParameters(eps, n_steps, inv_metric)
         state, info = kernel.step(rng, state, params)
         _record(rec, info, params, phase=0)
-        if metric == "fisher":
+        if from_gradients:
             grads.append(state.logdensity_grad)
         eps = averager.update(float(info.acceptance_rate[0]))
         if detector is not None:
@@ -104,9 +122,10 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
             progress(rec.n)
         if it + 1 in window_start:
             start = window_start[it + 1]
-            if metric == "fisher":
-                inv_metric = fisher_inv_metric(rec.positions_since(start),
-                                               np.array(grads[start:]))
+            if from_gradients:
+                estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
+                inv_metric = estimate(rec.positions_since(start), np.array(grads[start:]))
+                cap = max_num_steps
             else:
                 inv_metric = regularized_inv_metric(rec.positions_since(start),
                                                     dense=metric == "dense")
@@ -184,9 +203,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
-    if not fixed_metric and metric not in ("identity", "diag", "dense", "fisher"):
-        raise ValueError("metric must be 'identity', 'diag', 'dense', 'fisher' or an array, "
-                         f"not {metric!r}")
+    if not fixed_metric and metric not in ("identity", "diag", "dense", "fisher", "low_rank"):
+        raise ValueError("metric must be 'identity', 'diag', 'dense', 'fisher', 'low_rank' or "
+                         f"an array, not {metric!r}")
     adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
     restarts = WarmupRestarts(max_restarts, detect_stuck)

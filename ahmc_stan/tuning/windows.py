@@ -60,3 +60,38 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
         estimate = np.where((sd_x > 0) & (sd_g > 0) & np.isfinite(sd_g), sd_x / sd_g,
                             sd_x ** 2)
     return shrink * estimate + ridge
+
+
+def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
+                        gamma: float = 1e-5) -> np.ndarray:
+    """Diagonal plus low-rank inverse metric from the window's draws and gradients
+    (after Seyboldt, Carlson & Carpenter 2026): with the diagonal ``D`` of
+    :func:`fisher_inv_metric` as a first scaling, the Fisher-divergence minimiser among
+    all inverse metrics, ``S`` with ``S·Cov(∇)·S = Cov(x)`` (the geometric mean of
+    ``Cov(x)`` and ``Cov(∇)⁻¹``; exact, ``S = Σ``, for any Gaussian once the draws span
+    the space), is computed in the span of the scaled draws and gradients; its
+    eigendirections with eigenvalue above ``cutoff`` or below ``1/cutoff`` correct the
+    diagonal, the others keep it.  ``gamma`` regularises both covariances.  Returned as
+    a dense matrix ``D^½ (I + V(Λ − I)Vᵀ) D^½`` (the kernels take dense metrics)."""
+    n, d = draws.shape
+    diag = fisher_inv_metric(draws, grads)
+    scale = np.sqrt(diag)
+    x = (draws - draws.mean(axis=0)) / scale
+    g = (grads - grads.mean(axis=0)) * scale
+    basis, sv, _ = np.linalg.svd(np.concatenate([x, g]).T, full_matrices=False)
+    basis = basis[:, sv > 1e-10 * sv[0]] if sv.size and sv[0] > 0 else basis[:, :0]
+    k = basis.shape[1]
+    xq, gq = x @ basis, g @ basis
+    cov_x = xq.T @ xq / max(n - 1, 1) + gamma * np.eye(k)
+    cov_g = gq.T @ gq / max(n - 1, 1) + gamma * np.eye(k)
+    # S = B^-1/2 (B^1/2 A B^1/2)^1/2 B^-1/2 with A = Cov(x), B = Cov(∇)
+    w, u = np.linalg.eigh(cov_g)
+    b_half, b_inv_half = (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T
+    w2, u2 = np.linalg.eigh(b_half @ cov_x @ b_half)
+    middle = (u2 * np.sqrt(np.clip(w2, 0, None))) @ u2.T
+    lam, vecs = np.linalg.eigh(b_inv_half @ middle @ b_inv_half)
+    keep = (lam > cutoff) | (lam < 1.0 / cutoff)
+    v = basis @ vecs[:, keep]
+    inner = np.eye(d) + (v * (lam[keep] - 1.0)) @ v.T
+    inv_metric = scale[:, None] * inner * scale[None, :]
+    return (inv_metric + inv_metric.T) / 2
