@@ -1,7 +1,8 @@
 """ahmc-stan: self-tuning MCMC samplers on Stan models, compared against CmdStan's NUTS."""
 
 from .compiler import CompileError, StanCompileError, compile_model
-from .model import DensityError, DensityKernel, StanModel
+from .model import DensityError, StanModel
+from .native import NativeDensity
 from .fit import Fit, load_fit
 from .nuts import run_nuts
 from .comparison import compare
@@ -12,7 +13,7 @@ from .tuning.stuck import StuckChainError
 __version__ = "0.1.0"
 
 __all__ = [
-    "StanModel", "DensityKernel", "DensityError", "StanCompileError", "CompileError",
+    "StanModel", "NativeDensity", "DensityError", "StanCompileError", "CompileError",
     "compile_model",
     "Fit", "load_fit", "run_nuts", "compare", "tune_and_sample", "load_output",
     "diagnose", "Diagnosis", "ConvergenceWarning", "StuckChainError",

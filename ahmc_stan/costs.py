@@ -14,12 +14,12 @@ Timing: each kind is called through ctypes with preallocated buffers, in loops l
 (≥ 20 ms) to be read reliably, alternating with loops of gradients, the minimum over 5
 rounds, in CPU time of the calling thread (so that other processes on a loaded machine do
 not inflate one side of a ratio).  The gradient is also timed inside the C++ library
-(:meth:`~ahmc_stan.model.DensityKernel.gradient_seconds`); the difference, the ctypes
+(:meth:`~ahmc_stan.native.NativeDensity.gradient_seconds`); the difference, the ctypes
 call's own overhead, is subtracted from every kind's time, so the ratios are those of the
 bare C++ evaluations.  The method matters and is part of what is
 measured: a Hessian by autodiff or by differences of gradients
 (:attr:`~ahmc_stan.model.StanModel.hessian_method`), a third-derivative tensor by
-third-order autodiff or by differences (:meth:`~ahmc_stan.model.DensityKernel.resolve_third_method`).
+third-order autodiff or by differences (:meth:`~ahmc_stan.native.NativeDensity.resolve_third_method`).
 
 Cache: the ratios are measured once per compiled library and data, kept in memory and in
 ``<compile cache>/costs/<key>.json`` (written atomically, under a lock file so that
@@ -48,7 +48,7 @@ COST_STATS = {"n_grad": "gradient", "n_density": "density", "n_hvp": "hvp",
               "n_hessian": "hessian", "n_third": "third"}
 
 #: Kinds :func:`cost_units` measures (``tr_third``: the contraction ``tr(M ∂∇²log p)``,
-#: :meth:`~ahmc_stan.model.DensityKernel.tr_hessian_grad`, with M = I).
+#: :meth:`~ahmc_stan.native.NativeDensity.tr_hessian_grad`, with M = I).
 KINDS = ("density", "hvp", "hessian", "third", "tr_third")
 
 _MEMORY: dict[tuple[str, str], dict] = {}
@@ -83,7 +83,7 @@ def model_key(model) -> str:
 
 def _method(model, kind: str, third_method: str) -> str:
     """The entry name of ``kind``: the kind and the method that computes it."""
-    kernel = model.kernel
+    kernel = model.density
     if kind in ("hvp", "hessian"):
         return f"{kind}/{model.hessian_method}"
     if kind == "third":
@@ -128,7 +128,7 @@ class _Calls:
     """Zero-argument ctypes calls of each kind at one point, buffers preallocated."""
 
     def __init__(self, model, x: np.ndarray, third_method: str):
-        self.model, self.kernel = model, model.kernel
+        self.model, self.model_density = model, model.density
         n = model.dims
         self.x = np.ascontiguousarray(x, dtype=float)
         self.v = np.ascontiguousarray(np.linspace(-1.0, 1.0, n) if n > 1 else np.ones(n))
@@ -137,29 +137,23 @@ class _Calls:
         self.third = np.empty((n,) * 3) if n <= 400 else None
         self.lp = ctypes.c_double()
         self.third_method = third_method
-        lib, handle = model.bridge.stanlib, model.bridge.model
+        handle = model.bridge.model
         xp, lpp, gp = self.x.ctypes.data, ctypes.addressof(self.lp), self.grad.ctypes.data
         vp, op = self.v.ctypes.data, self.out.ctypes.data
-        P = ctypes.c_void_p
-        if self.kernel.native:
-            g = lib["ahmc_log_density_gradient"]
-            g.restype, g.argtypes = ctypes.c_int, [P, ctypes.c_bool, ctypes.c_bool, P, P, P]
+        entry = self.model_density.entry
+        if self.model_density.native:
+            g = entry("ahmc_log_density_gradient")
             self.gradient = lambda: g(handle, True, True, xp, lpp, gp)
         else:
-            g = lib["bs_log_density_gradient"]
-            g.restype = ctypes.c_int
-            g.argtypes = [P, ctypes.c_bool, ctypes.c_bool, P, P, P, P]
+            g = entry("bs_log_density_gradient")
             self.gradient = lambda: g(handle, True, True, xp, lpp, gp, None)
-        d = lib["bs_log_density"]
-        d.restype, d.argtypes = ctypes.c_int, [P, ctypes.c_bool, ctypes.c_bool, P, P, P]
+        d = entry("bs_log_density")
         self.density = lambda: d(handle, True, True, xp, lpp, None)
-        h = lib["bs_log_density_hessian_vector_product"]
-        h.restype = ctypes.c_int
-        h.argtypes = [P, ctypes.c_bool, ctypes.c_bool, P, P, P, P, P]
+        h = entry("bs_log_density_hessian_vector_product")
         self.hvp = lambda: h(handle, True, True, xp, vp, lpp, op, None)
 
     def hessian(self):
-        return 0 if np.isfinite(self.kernel.log_density_hessian(self.x, self.grad,
+        return 0 if np.isfinite(self.model_density.log_density_hessian(self.x, self.grad,
                                                                  self.hess)) else 1
 
     def call(self, kind: str):
@@ -172,11 +166,11 @@ class _Calls:
             if self.third is None:
                 raise ValueError("third-derivative tensors are not timed above 400 dims")
             buf, method = self.third, self.third_method
-            return lambda: 0 if self.kernel.third_derivatives(self.x, buf, method) else 1
+            return lambda: 0 if self.model_density.third_derivatives(self.x, buf, method) else 1
         if kind == "tr_third":
             method = self.third_method if self.third_method in (
                 "autodiff", "hessian") else "auto"
-            return lambda: 0 if self.kernel.tr_hessian_grad(self.x, self.eye, self.out,
+            return lambda: 0 if self.model_density.tr_hessian_grad(self.x, self.eye, self.out,
                                                             method) else 1
         raise ValueError(f"unknown cost kind {kind!r}")
 
@@ -186,7 +180,7 @@ def _measure(model, kinds: list[str], x: np.ndarray, third_method: str) -> dict[
     in rounds alternating with the gradient (through ctypes and inside C++), so both see
     the same conditions; the minimum per call over the rounds is kept."""
     calls = _Calls(model, x, third_method)
-    native = model.kernel.native
+    native = model.density.native
     n_grad = _loop_size(calls.gradient)
     grad_py, grad_c = [math.inf], [math.inf]
 
@@ -194,7 +188,7 @@ def _measure(model, kinds: list[str], x: np.ndarray, third_method: str) -> dict[
         grad_py[0] = min(grad_py[0], _per_call(calls.gradient, n_grad))
         if native:
             t0 = _clock()
-            model.kernel.gradient_seconds(calls.x, n_grad)
+            model.density.gradient_seconds(calls.x, n_grad)
             grad_c[0] = min(grad_c[0], (_clock() - t0) / n_grad)
 
     timed = {}
@@ -226,12 +220,12 @@ def _point(model, x) -> np.ndarray:
     grad = np.empty(model.dims)
     if x is not None:
         x = np.ascontiguousarray(x, dtype=float)
-        if np.isfinite(model.kernel.log_density_gradient(x, grad)):
+        if np.isfinite(model.density.log_density_gradient(x, grad)):
             return x
     rng = np.random.default_rng(0)
     for _ in range(20):
         y = np.ascontiguousarray(model.initial_point(rng), dtype=float)
-        if np.isfinite(model.kernel.log_density_gradient(y, grad)):
+        if np.isfinite(model.density.log_density_gradient(y, grad)):
             return y
     raise RuntimeError(f"{model.name}: no point with a finite gradient to time costs at")
 

@@ -36,14 +36,14 @@ def main() -> None:
     print(f"{model.dims} unconstrained parameters: {', '.join(model.param_names())}")
     x = model.initial_point(np.random.default_rng(0))
     grad = np.empty(model.dims)
-    lp = model.kernel.log_density_gradient(x, grad)
+    lp = model.density.log_density_gradient(x, grad)
     print(f"log density at a Stan-style initial point: {lp:.3f}")
     n = 20000
     t = time.perf_counter()
     for _ in range(n):
         model.log_density_gradient(x)
     python_us = (time.perf_counter() - t) / n * 1e6
-    bare_us = model.kernel.gradient_seconds(x, n) * 1e6
+    bare_us = model.density.gradient_seconds(x, n) * 1e6
     print(f"gradient: {bare_us:.2f} µs in C++, {python_us:.2f} µs per call from Python")
 
     from .comparison import compare, to_markdown

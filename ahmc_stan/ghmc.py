@@ -44,7 +44,7 @@ import numpy as np
 
 from .hmc import HMCInfo, HMCParameters
 from .metric import InvMetric, draw_momenta
-from .model import DensityKernel
+from .native import NativeDensity
 from .momentum import ordered_overrelaxation
 
 __all__ = ["GHMCState", "GHMCKernel", "Trajectory", "kinetic_energy"]
@@ -79,7 +79,7 @@ class GHMCKernel:
 
     max_energy_error = 1000.0
 
-    def __init__(self, density: DensityKernel, trajectory: Trajectory,
+    def __init__(self, density: NativeDensity, trajectory: Trajectory,
                  inv_metric: InvMetric = None, num_candidates: int | None = None):
         if inv_metric is not None and np.ndim(inv_metric) != 1:
             raise ValueError("generalised HMC here needs an identity or diagonal metric")

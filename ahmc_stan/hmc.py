@@ -14,14 +14,15 @@ above ``max_energy_error`` (1000, as Stan) marks the iteration divergent.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from .metric import InvMetric
-from .model import DensityKernel
+from .native import NativeDensity
 
-__all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel"]
+__all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel", "stack_infos"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,19 @@ class HMCInfo:
     logdensity: np.ndarray         # log density of the state kept
 
 
+def stack_infos(infos: list) -> HMCInfo:
+    """One info of the iterations of several (of one type: HMCInfo or a subclass)."""
+    first = infos[0]
+    return type(first)(**{f.name: np.concatenate([getattr(i, f.name) for i in infos])
+                          for f in dataclasses.fields(first)})
+
+
 class HMCKernel:
-    """HMC on a model's density (``model.kernel``)."""
+    """HMC on a model's density (``model.density``)."""
 
     max_energy_error = 1000.0
 
-    def __init__(self, density: DensityKernel):
+    def __init__(self, density: NativeDensity):
         self.density = density
 
     def init(self, position: np.ndarray) -> HMCState:
@@ -93,3 +101,30 @@ class HMCKernel:
                        out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
                        out["energy"], out["lp"])
         return HMCState(x, lp, grad), info
+
+    def adapt_run(self, rng: np.random.Generator, state: HMCState, inv_metric,
+                  n_iter: int, averager, path_length: float, max_steps: int,
+                  min_step_size: float = 0.0, want_grads: bool = False,
+                  jitter: bool = True, step_jitter: float = 0.0):
+        """Warmup iterations with the step size adapted inside one C++ call
+        (``ahmc_hmc_adapt_block``), as :func:`ahmc_stan.tuning.hmc_warmup.adapt_steps`
+        describes; ``averager`` (a :class:`~ahmc_stan.tuning.step_size.DualAveraging`)
+        is advanced to where the block left it."""
+        from .tuning.hmc_warmup import AdaptedSteps, _steps_bound
+
+        seed = int(rng.integers(0, 2**63))
+        x, grad = state.position.copy(), state.logdensity_grad.copy()
+        inv_metric = (None if inv_metric is None
+                      else np.ascontiguousarray(inv_metric, dtype=float))
+        da = averager.state_array()
+        lp, out = self.density.hmc_adapt_block(
+            path_length, max_steps, jitter, inv_metric, seed, n_iter, self.max_energy_error,
+            min_step_size, da, averager.params_array(), x, grad, state.logdensity,
+            want_grads, step_jitter)
+        averager.load_state_array(da)
+        info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+                       out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
+                       out["energy"], out["lp"])
+        return HMCState(x, lp, grad), AdaptedSteps(
+            info, out["step_size"], _steps_bound(out["step_size"], path_length, max_steps),
+            out.get("grads"))

@@ -37,7 +37,7 @@ with the third derivatives:
 
 The first part of W (the log-determinant) does not depend on p and is contracted once per
 point; the second is recontracted at every fixed-point iteration of the momentum update.
-Third derivatives come from :meth:`~ahmc_stan.model.DensityKernel.third_derivatives` once
+Third derivatives come from :meth:`~ahmc_stan.native.NativeDensity.third_derivatives` once
 per point of the trajectory, as the full tensor (contracted here, at numpy speed, at every
 fixed-point iteration).  By default (``third_derivatives="auto"``) that is exact
 third-order autodiff, ``stan::math::grad_hessian`` on ``fvar<fvar<var>>`` compiled into the
@@ -91,7 +91,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hmc import HMCInfo, HMCParameters
-from .model import DensityKernel
+from .native import NativeDensity
 
 __all__ = ["DEFAULT_SOFTNESS", "softabs_eigenvalues", "softabs_divided_differences",
            "softabs_inv_metric", "RMHMCState", "RMHMCInfo", "RMHMCKernel",
@@ -232,7 +232,7 @@ class RMHMCKernel:
 
     max_energy_error = 1000.0
 
-    def __init__(self, density: DensityKernel, softness: float = DEFAULT_SOFTNESS,
+    def __init__(self, density: NativeDensity, softness: float = DEFAULT_SOFTNESS,
                  fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
                  check_reversibility: bool = True, reversibility_tol: float = 1e-6,
                  third_derivatives: str = "auto"):
@@ -418,7 +418,7 @@ class RMHMCKernel:
 
 # ---- constant metric -----------------------------------------------------------------------
 
-def find_mode(density: DensityKernel, x0: np.ndarray, max_iter: int = 1000
+def find_mode(density: NativeDensity, x0: np.ndarray, max_iter: int = 1000
               ) -> tuple[np.ndarray, int, bool]:
     """Maximise log π on the unconstrained scale with L-BFGS (``scipy.optimize.minimize``
     and the autodiff gradient) from ``x0``; returns (x, gradient evaluations, success)."""
@@ -440,7 +440,7 @@ def find_mode(density: DensityKernel, x0: np.ndarray, max_iter: int = 1000
     return np.asarray(res.x, dtype=float), n_eval, bool(res.success)
 
 
-def constant_softabs_metric(density: DensityKernel, x0: np.ndarray,
+def constant_softabs_metric(density: NativeDensity, x0: np.ndarray,
                             softness: float = DEFAULT_SOFTNESS) -> dict:
     """The fixed inverse metric of constant-metric mode: ``G⁻¹`` (SoftAbs) of the Hessian
     at the mode found by :func:`find_mode` from ``x0`` (at ``x0`` if the mode's Hessian

@@ -452,7 +452,7 @@ def sensitivity_demo(model: StanModel, n_iter: int = 1000, seed: int = 2013,
     from .hmc import HMCKernel, HMCParameters
 
     az = _arviz()
-    kernel = HMCKernel(model.kernel)
+    kernel = HMCKernel(model.density)
     out = []
     for eps, n_steps in settings:
         rng = np.random.default_rng(seed)

@@ -64,7 +64,7 @@ class TunerClock:
 def measure(name: str, model: ahmc_stan.StanModel, warmup: int, draws: int,
             adapt_during_sampling: bool) -> dict:
     x = model.initial_point(np.random.default_rng(0))
-    bare_us = model.kernel.gradient_seconds(x, 20000) * 1e6
+    bare_us = model.density.gradient_seconds(x, 20000) * 1e6
     with TunerClock() as clock:
         start = time.perf_counter()
         fit = ahmc_stan.tune_and_sample(model, chains=1, warmup=warmup, draws=draws,

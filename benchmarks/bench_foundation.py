@@ -7,8 +7,8 @@ Measures, in one run:
 - a cold model compile with the toolchain cached (the usual case),
 - a cache-hit load of a compiled model in a fresh process,
 - microseconds per log-density gradient for logistic regressions with 10 and 100
-  parameters: through ``bridgestan.StanModel``, through ``model.kernel`` (one ctypes call
-  per gradient), per leapfrog step of ``model.kernel.leapfrog`` (the whole trajectory in
+  parameters: through ``bridgestan.StanModel``, through ``model.density`` (one ctypes call
+  per gradient), per leapfrog step of ``model.density.leapfrog`` (the whole trajectory in
   C++), and the bare C++ gradient timed inside the library.
 """
 
@@ -82,7 +82,7 @@ def gradient_costs(dims: int) -> dict[str, float]:
                       {"N": n, "K": k, "X": X, "y": y, "prior_sd": 10.0})
     x = rng.normal(size=dims) * 0.1
     grad = np.empty(dims)
-    kernel = model.kernel
+    kernel = model.density
     steps = 100
 
     def trajectory():
@@ -92,8 +92,8 @@ def gradient_costs(dims: int) -> dict[str, float]:
     kernel.log_density_gradient(x, grad)
     return {
         "bridgestan.StanModel": _per_call_us(lambda: model.bridge.log_density_gradient(x, out=grad)),
-        "model.kernel, one call": _per_call_us(lambda: kernel.log_density_gradient(x, grad)),
-        "model.kernel.leapfrog, per step": _per_call_us(trajectory) / steps,
+        "model.density, one call": _per_call_us(lambda: kernel.log_density_gradient(x, grad)),
+        "model.density.leapfrog, per step": _per_call_us(trajectory) / steps,
         "bare C++ (inside the library)": kernel.gradient_seconds(x, 20000) * 1e6,
     }
 
@@ -113,7 +113,7 @@ def main(argv=None) -> None:
     for path in costs[10]:
         print(f"| {path} | {costs[10][path]:.2f} | {costs[100][path]:.2f} |")
     bare = {d: costs[d]["bare C++ (inside the library)"] for d in costs}
-    lf = {d: costs[d]["model.kernel.leapfrog, per step"] for d in costs}
+    lf = {d: costs[d]["model.density.leapfrog, per step"] for d in costs}
     print("\nsampler path (leapfrog) minus bare C++: "
           + ", ".join(f"{d} params {lf[d] - bare[d]:+.2f} µs" for d in costs))
 

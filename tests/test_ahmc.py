@@ -27,7 +27,7 @@ from .stats_util import assert_moments, z_bonferroni
 def test_kernel_leaves_gaussian_invariant(gauss2d):
     """Start exactly from the target, take one step each: still the target (a test of
     the Metropolis correction and of L_r ~ U{1..L} at a step size where it matters)."""
-    kernel = HMCKernel(gauss2d.kernel)
+    kernel = HMCKernel(gauss2d.density)
     rng = np.random.default_rng(11)
     starts = rng.multivariate_normal([0, 0], SIGMA_2D, size=3000)
     ends = np.empty_like(starts)
@@ -51,7 +51,7 @@ def test_momenta_drawn_in_cpp_are_normal_with_covariance_m(mvn_model):
     A = np.array([[1.0, 0.6, 0.2], [0.6, 2.0, -0.5], [0.2, -0.5, 0.7]])
     z = z_bonferroni(3 * (2 * dims + dims * (dims - 1) // 2))
     for seed, inv_metric in enumerate([None, np.array([0.25, 1.0, 4.0]), A]):
-        p = mvn_model.kernel.draw_momenta(inv_metric, seed, n)
+        p = mvn_model.density.draw_momenta(inv_metric, seed, n)
         if inv_metric is None:
             white = p
         elif inv_metric.ndim == 1:
@@ -61,10 +61,10 @@ def test_momenta_drawn_in_cpp_are_normal_with_covariance_m(mvn_model):
         assert_moments(white[None], np.zeros(dims), np.ones(dims), family_alpha=0.01 / 3)
         corr = np.corrcoef(white.T)[np.triu_indices(dims, 1)]
         assert np.all(np.abs(corr) < z / np.sqrt(n))
-        np.testing.assert_array_equal(p, mvn_model.kernel.draw_momenta(inv_metric, seed, n))
-        assert not np.array_equal(p, mvn_model.kernel.draw_momenta(inv_metric, seed + 7, n))
+        np.testing.assert_array_equal(p, mvn_model.density.draw_momenta(inv_metric, seed, n))
+        assert not np.array_equal(p, mvn_model.density.draw_momenta(inv_metric, seed + 7, n))
     # L_r ~ Uniform{1..L}: a chi-square test on the counts of one long block
-    kernel = HMCKernel(mvn_model.kernel)
+    kernel = HMCKernel(mvn_model.density)
     _, info = kernel.run(np.random.default_rng(3), kernel.init(np.zeros(dims)),
                          HMCParameters(0.01, 6), 6000)
     counts = np.bincount(info.num_steps, minlength=7)[1:]
@@ -72,7 +72,7 @@ def test_momenta_drawn_in_cpp_are_normal_with_covariance_m(mvn_model):
 
 
 def test_kernel_step_info_and_jitter(gauss2d):
-    kernel = HMCKernel(gauss2d.kernel)
+    kernel = HMCKernel(gauss2d.density)
     state = kernel.init(np.zeros(2))
     new, info = kernel.run(np.random.default_rng(1), state, HMCParameters(0.05, 7), 500)
     assert set(info.num_steps) == set(range(1, 8))  # L_r ~ Uniform{1..7}
@@ -85,7 +85,7 @@ def test_kernel_step_info_and_jitter(gauss2d):
 
 
 def test_divergence_and_non_finite_density_reject(gauss2d):
-    kernel = HMCKernel(gauss2d.kernel)
+    kernel = HMCKernel(gauss2d.density)
     state = kernel.init(np.array([0.5, 0.5]))
     new, info = kernel.run(np.random.default_rng(2), state, HMCParameters(5.0, 50), 20)
     assert info.is_divergent.all() and not info.is_accepted.any()
@@ -145,7 +145,7 @@ def test_tuner_ends_in_top_fifth_of_brute_force_grid(gauss2d):
                           progress=False, metric="identity", box=box)
     final = (fit.sampler_stats["step_size"][0, -1], int(fit.sampler_stats["num_steps_max"][0, -1]))
 
-    kernel = HMCKernel(gauss2d.kernel)
+    kernel = HMCKernel(gauss2d.density)
     rng = np.random.default_rng(9)
     start = kernel.init(np.zeros(2))
 

@@ -41,7 +41,7 @@ def cost_dir(tmp_path, monkeypatch):
 # ---- counting proxies --------------------------------------------------------------------------
 
 class CountingDensity:
-    """A DensityKernel that counts the evaluations made through it."""
+    """A NativeDensity that counts the evaluations made through it."""
 
     def __init__(self, kernel):
         self.kernel, self.dims, self.counts = kernel, kernel.dims, Counter()
@@ -93,7 +93,7 @@ class CountingTarget(Target):
 
 @pytest.mark.parametrize("max_iter", [100, 6])
 def test_rmhmc_counts_every_hessian_and_tensor_and_no_gradient(banana, max_iter):
-    density = CountingDensity(banana.kernel)
+    density = CountingDensity(banana.density)
     kernel = RMHMCKernel(density, max_fixed_point_iterations=max_iter)
     state = kernel.init(np.array([0.4, -0.2]))
     assert density.counts == {"hessian": 1, "third": 1}
@@ -108,9 +108,9 @@ def test_rmhmc_counts_every_hessian_and_tensor_and_no_gradient(banana, max_iter)
 
 
 def test_svhmc_counts_gradients_and_products_where_they_are_made(banana):
-    density, hvp = CountingDensity(banana.kernel), CountingHVP(HessianVector(banana))
+    density, hvp = CountingDensity(banana.density), CountingHVP(HessianVector(banana))
     verlet = AdaptiveVerlet(density, hvp, None, reference=4.0)  # the talk's a = −½
-    kernel = GHMCKernel(banana.kernel, verlet.trajectory)
+    kernel = GHMCKernel(banana.density, verlet.trajectory)
     rng = np.random.default_rng(8)
     state = kernel.init(rng, np.array([0.5, 0.1]))
     _, info, counts = kernel.run(rng, state, HMCParameters(0.3, 10), 200)

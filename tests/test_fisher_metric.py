@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ahmc_stan import tune_and_sample
-from ahmc_stan.samplers.ahmc import EARLY_BUFFER
+from ahmc_stan.tuning.hmc_warmup import EARLY_BUFFER
 from ahmc_stan.tuning.windows import adaptation_windows, fisher_inv_metric
 
 from .conftest import SDS_100

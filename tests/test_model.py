@@ -38,7 +38,7 @@ def test_mvn_density_gradient_hessian_hvp(mvn_model, mvn_data):
 def test_kernel_matches_bridgestan(mvn_model):
     x = np.array([0.1, 0.2, 0.3])
     grad = np.empty(3)
-    lp = mvn_model.kernel.log_density_gradient(x, grad)
+    lp = mvn_model.density.log_density_gradient(x, grad)
     lp_ref, grad_ref = mvn_model.log_density_gradient(x)
     assert lp == lp_ref
     np.testing.assert_array_equal(grad, grad_ref)
@@ -52,11 +52,11 @@ def test_leapfrog_in_cpp_matches_python(mvn_model):
         results = []
         for native in (True, False):
             x, p, g = x0.copy(), p0.copy(), np.empty(3)
-            lp = mvn_model.kernel.log_density_gradient(x, g)
+            lp = mvn_model.density.log_density_gradient(x, g)
             if native:
-                lp, n = mvn_model.kernel.leapfrog(17, 0.1, inv_metric, x, p, g, lp)
+                lp, n = mvn_model.density.leapfrog(17, 0.1, inv_metric, x, p, g, lp)
             else:
-                lp, n = mvn_model.kernel._leapfrog_python(17, 0.1, inv_metric, x, p, g)
+                lp, n = mvn_model.density._leapfrog_python(17, 0.1, inv_metric, x, p, g)
             results.append((x, p, g, lp, n))
         for a, b in zip(*results):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
@@ -68,9 +68,9 @@ def test_leapfrog_conserves_energy_to_second_order(mvn_model, mvn_data):
     errors = []
     for eps in (0.1, 0.05):
         x, p, g = np.zeros(3), np.ones(3), np.empty(3)
-        lp = mvn_model.kernel.log_density_gradient(x, g)
+        lp = mvn_model.density.log_density_gradient(x, g)
         h0 = -lp + 0.5 * p @ p
-        lp, _ = mvn_model.kernel.leapfrog(int(round(1.0 / eps)), eps, None, x, p, g, lp)
+        lp, _ = mvn_model.density.leapfrog(int(round(1.0 / eps)), eps, None, x, p, g, lp)
         errors.append(abs(-lp + 0.5 * p @ p - h0))
     assert 3.0 < errors[0] / errors[1] < 5.0
     assert np.max(np.abs(np.linalg.eigvalsh(P))) * 0.1 < 2  # stable step sizes
@@ -176,7 +176,7 @@ def test_reject_region(tmp_path):
     with pytest.raises(DensityError, match="outside the support"):
         model.log_density(np.array([2.0, 0.0]))
     grad = np.empty(2)
-    assert model.kernel.log_density_gradient(np.array([2.0, 0.0]), grad) == -np.inf
+    assert model.density.log_density_gradient(np.array([2.0, 0.0]), grad) == -np.inf
     rng = np.random.default_rng(9)
     for _ in range(20):
         assert model.initial_point(rng)[0] <= 1
@@ -206,7 +206,7 @@ def test_threads_give_identical_gradients(logistic_model):
                 if i % 2:
                     out[i] = logistic_model.log_density_gradient(points[i % 50])[1]
                 else:
-                    logistic_model.kernel.log_density_gradient(points[i % 50], grad)
+                    logistic_model.density.log_density_gradient(points[i % 50], grad)
                     out[i] = grad
             results[t] = out
         except Exception as err:  # pragma: no cover - reported below

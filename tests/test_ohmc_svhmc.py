@@ -95,7 +95,7 @@ def test_ohmc_transition_leaves_joint_invariant(banana):
     step size where a third of the proposals are rejected (so the flip on rejection
     matters): x and the persistent p still have the target's moments."""
     rng = np.random.default_rng(21)
-    kernel = GHMCKernel(banana.kernel, leapfrog_trajectory(banana.kernel, None, None, None,
+    kernel = GHMCKernel(banana.density, leapfrog_trajectory(banana.density, None, None, None,
                                                            None), None, num_candidates=5)
     starts = banana_draws(rng, 4000)
     xs, ps, acc = np.empty_like(starts), np.empty_like(starts), []
@@ -124,7 +124,7 @@ def _flip(z):
 
 @pytest.fixture(scope="module")
 def verlet(banana):
-    return AdaptiveVerlet(banana.kernel, HessianVector(banana), None, reference=4.0)
+    return AdaptiveVerlet(banana.density, HessianVector(banana), None, reference=4.0)
 
 
 def _extended_map(verlet, density, n_steps=10, eps=0.1):
@@ -161,11 +161,11 @@ def test_talk_map_on_positions_and_momenta_is_not_reversible_nor_volume_preservi
         banana, verlet, rho0):
     """The talk's scheme as a map of (C, P) — ρ₀ a fixed fictive constant, or ρ₀ = U(C, P)
     — is not an involution after the momentum flip and changes volume on the banana."""
-    phi = _extended_map(verlet, banana.kernel)
-    u_start = _u(verlet, banana.kernel, START)
+    phi = _extended_map(verlet, banana.density)
+    u_start = _u(verlet, banana.density, START)
 
     def on_xp(z):
-        rho = u_start if rho0 == "constant" else _u(verlet, banana.kernel, z)
+        rho = u_start if rho0 == "constant" else _u(verlet, banana.density, z)
         return phi(np.concatenate([z, [rho]]))[:4]
 
     there = on_xp(START)
@@ -177,9 +177,9 @@ def test_talk_map_on_positions_and_momenta_is_not_reversible_nor_volume_preservi
 
 def test_extended_map_is_a_volume_preserving_involution(banana, verlet):
     """On (C, P, ρ): flip ∘ Φ is an involution and |det DΦ| = 1 (module docstring)."""
-    phi = _extended_map(verlet, banana.kernel)
+    phi = _extended_map(verlet, banana.density)
     for scale in (0.8, 1.0, 1.25):
-        z0 = np.concatenate([START, [scale * _u(verlet, banana.kernel, START)]])
+        z0 = np.concatenate([START, [scale * _u(verlet, banana.density, START)]])
         z1 = phi(z0)
         assert abs(z1[4] - z0[4]) > 1e-2              # ρ does change along the trajectory
         np.testing.assert_allclose(_flip(phi(_flip(z1))), z0, atol=1e-10)
@@ -202,7 +202,7 @@ def test_svhmc_transition_is_exact_and_uncorrected_one_is_biased(banana, verlet)
     params = HMCParameters(0.15, 10)
     rng = np.random.default_rng(31)
     starts = banana_draws(rng, 3000)
-    exact = GHMCKernel(banana.kernel, verlet.trajectory)
+    exact = GHMCKernel(banana.density, verlet.trajectory)
     ends, acc = _after_transitions(exact, rng, starts, 5, params)
     assert acc > 0.2
     assert_moments(ends[None], np.zeros(2), BANANA_SD)
@@ -212,7 +212,7 @@ def test_svhmc_transition_is_exact_and_uncorrected_one_is_biased(banana, verlet)
         lp, _, n_grad, _ = verlet.integrate(n_steps, eps, x, p, grad, lp, rho0)
         return lp, 0.0, {"n_grad": n_grad}
 
-    naive = GHMCKernel(banana.kernel, uncorrected)
+    naive = GHMCKernel(banana.density, uncorrected)
     ends, _ = _after_transitions(naive, np.random.default_rng(31), starts, 5, params)
     with pytest.raises(AssertionError, match="off by more than"):
         assert_moments(ends[None], np.zeros(2), BANANA_SD)

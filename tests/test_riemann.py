@@ -49,7 +49,7 @@ def test_hessian_entry_point_matches_bridgestan(logistic_model):
     x = np.linspace(-0.5, 0.5, logistic_model.dims)
     lp, grad, hess = logistic_model.log_density_hessian(x)
     g, h = np.empty_like(grad), np.empty_like(hess)
-    assert logistic_model.kernel.log_density_hessian(x, g, h) == pytest.approx(lp, rel=1e-14)
+    assert logistic_model.density.log_density_hessian(x, g, h) == pytest.approx(lp, rel=1e-14)
     np.testing.assert_allclose(g, grad, rtol=1e-13)
     np.testing.assert_allclose(h, hess, rtol=1e-12, atol=1e-12)
 
@@ -60,7 +60,7 @@ def test_third_derivatives_analytic_and_finite_differences(logistic_model, logis
     exact = logistic_third(logistic_data, x)
     scale = np.abs(exact).max()
     # third-order autodiff compiled into the model's library: the default
-    assert logistic_model.kernel.third_order_available
+    assert logistic_model.density.third_order_available
     T = logistic_model.log_density_third_derivatives(x)
     assert np.abs(T - exact).max() < 1e-12 * scale
     np.testing.assert_array_equal(T, logistic_model.log_density_third_derivatives(x, "autodiff"))
@@ -95,7 +95,7 @@ def test_model_without_third_order_autodiff_falls_back(monkeypatch, tmp_path):
     broken.write_text('#error "no fvar<fvar<var>> instances in this test"\n')
     monkeypatch.setattr(compiler, "_THIRD_ORDER_SOURCE", broken)
     model = StanModel(stan_model_path("std_normal"), {"D": 2})
-    assert not model.kernel.third_order_available
+    assert not model.density.third_order_available
     assert "without third-order autodiff" in (
         compiler.compile_model(stan_model_path("std_normal")).parent.parent
         / "build.log").read_text()
@@ -113,7 +113,7 @@ def test_derivative_errors(logistic_model):
     with pytest.raises(DensityError):
         model.log_density_third_derivatives(np.array([2.0, 0.0]))
     g, h = np.empty(2), np.empty((2, 2))
-    assert model.kernel.log_density_hessian(np.array([2.0, 0.0]), g, h) == -np.inf
+    assert model.density.log_density_hessian(np.array([2.0, 0.0]), g, h) == -np.inf
 
 
 # ---- SoftAbs -----------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_softabs_eigenvalues_and_divided_differences(alpha):
 
 
 def test_gaussian_metric_is_precision(gauss3, mvn_data):
-    kernel = RMHMCKernel(gauss3.kernel, softness=1e6)
+    kernel = RMHMCKernel(gauss3.density, softness=1e6)
     state = kernel.init(np.array([0.3, -0.2, 1.0]))
     precision = np.linalg.inv(mvn_data["Sigma"])
     np.testing.assert_allclose(state.metric(), precision, rtol=1e-9, atol=1e-9)
@@ -156,7 +156,7 @@ def test_force_is_the_gradient_of_the_hamiltonian(banana):
     """∂H/∂x from the third-derivative contraction vs central differences of H."""
     rng = np.random.default_rng(2)
     for alpha in (1.0, 1e6):
-        kernel = RMHMCKernel(banana.kernel, softness=alpha)
+        kernel = RMHMCKernel(banana.density, softness=alpha)
         for x in ([0.7, 0.3], [2.0, -1.0], [-1.5, 4.0]):  # the last two: indefinite Hessian
             x = np.array(x)
             state = kernel.init(x)
@@ -171,7 +171,7 @@ def test_force_is_the_gradient_of_the_hamiltonian(banana):
 # ---- the generalised leapfrog ----------------------------------------------------------------
 
 def test_generalised_leapfrog_is_reversible(banana):
-    kernel = RMHMCKernel(banana.kernel, fixed_point_tol=1e-13)
+    kernel = RMHMCKernel(banana.density, fixed_point_tol=1e-13)
     rng = np.random.default_rng(3)
     start = kernel.init(np.array([0.7, 0.3]))
     for _ in range(3):
@@ -187,7 +187,7 @@ def test_generalised_leapfrog_is_reversible(banana):
 
 def test_energy_error_is_second_order(banana):
     """Over a fixed integration time, |ΔH| shrinks ~4× when ε halves."""
-    kernel = RMHMCKernel(banana.kernel)
+    kernel = RMHMCKernel(banana.density)
     rng = np.random.default_rng(4)
     starts = [kernel.init(np.array(x)) for x in ([0.7, 0.3], [-1.0, 0.5], [1.2, 1.0])]
     cases = [(s, kernel.draw_momentum(rng, s)) for s in starts]
@@ -209,7 +209,7 @@ def test_kernel_leaves_banana_invariant(banana):
     fixed-point failures are common): the draws are still from the banana.  Paired
     differences of several statistics have mean zero, tested with i.i.d. standard errors."""
     rng = np.random.default_rng(12)
-    kernel = RMHMCKernel(banana.kernel)
+    kernel = RMHMCKernel(banana.density)
     before = banana_draws(rng, 2500)
     after = np.empty_like(before)
     failures = 0
@@ -228,7 +228,7 @@ def test_kernel_leaves_banana_invariant(banana):
 
 
 def test_fixed_point_failure_rejects_and_is_counted(banana):
-    kernel = RMHMCKernel(banana.kernel, max_fixed_point_iterations=2)
+    kernel = RMHMCKernel(banana.density, max_fixed_point_iterations=2)
     state = kernel.init(np.array([0.7, 0.3]))
     new, info = kernel.run(np.random.default_rng(5), state, HMCParameters(0.5, 3), 5)
     assert info.fixed_point_failures.tolist() == [1] * 5
@@ -304,7 +304,7 @@ def test_armhmc_banana_moments_and_tuning(banana):
 
 
 def test_armhmc_constant_metric(gauss3, mvn_data):
-    mode_metric = constant_softabs_metric(gauss3.kernel, np.zeros(3), softness=1e6)
+    mode_metric = constant_softabs_metric(gauss3.density, np.zeros(3), softness=1e6)
     np.testing.assert_allclose(mode_metric["mode"], mvn_data["mu"], atol=1e-5)
     np.testing.assert_allclose(mode_metric["inv_metric"], mvn_data["Sigma"], rtol=1e-6)
     fit = tune_and_sample(gauss3, "armhmc", chains=2, warmup=300, draws=1500, seed=10,

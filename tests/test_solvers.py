@@ -60,7 +60,7 @@ def test_ode_model_builds_with_finite_difference_hessians(ode_model, decay_data)
     its build log says why its Hessians are differences of gradients, and they agree with
     the autodiff Hessians of the same density written in closed form."""
     assert ode_model.hessian_method == "finite_differences"
-    assert not ode_model.kernel.third_order_available
+    assert not ode_model.density.third_order_available
     log = ode_model.build_log.read_text()
     assert "without second-order autodiff" in log and "error:" in log
     closed = StanModel(stan_model_path("decay_closed_form"), {**decay_data, "solver": 0})

@@ -80,8 +80,10 @@ def arma_reference(arma):
 
 def test_arma_bad_start_gets_stuck_without_recovery(arma):
     """The issue's failure, reproduced: from φ = 1.8, θ = 1.65 the step size collapses
-    and the chain never reaches the posterior."""
-    fit = quiet_sample(arma, "ahmc", chains=1, warmup=400, draws=200, seed=8,
+    (for every seed tried, by 26 orders of magnitude or more) and, for this seed (and 5
+    of the 12 seeds 1..12), the chain never reaches the posterior; for the others a later
+    restart of the step-size adaptation happens to free it."""
+    fit = quiet_sample(arma, "ahmc", chains=1, warmup=400, draws=200, seed=6,
                        init=ARMA_BAD_START, detect_stuck=False)
     assert restarts(fit) == [[]]
     warm_eps = fit.warmup_sampler_stats["step_size"][0]
@@ -255,7 +257,7 @@ def test_scale_phase_never_fires_on_healthy_models(request, name, metric):
     -inf region of reject_region; the rule fires at 10)."""
     model = (HEALTHY[name]() if name in HEALTHY
              else request.getfixturevalue(f"{name}_model" if name != "gauss100" else name))
-    kernel = HMCKernel(model.kernel)
+    kernel = HMCKernel(model.density)
     for seed in range(15):
         rng = np.random.default_rng(seed)
         x0 = model.initial_point(rng)

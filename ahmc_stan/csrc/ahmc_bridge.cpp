@@ -699,6 +699,77 @@ class momentum_sampler {
   Eigen::LLT<Eigen::MatrixXd> llt_;
 };
 
+// One chain's HMC transitions (Neal 2011, section 5.3.2) from the state (x, grad, lp),
+// shared by ahmc_hmc_block and ahmc_hmc_adapt_block.  Proposal and current state live in
+// two buffers that swap on acceptance, so an iteration copies nothing but its output.
+class hmc_transitions {
+ public:
+  hmc_transitions(const bs_model* m, int metric, const double* inv_metric, uint64_t seed,
+                  double max_energy_error, const double* x, const double* grad, double lp)
+      : m_(m), n_(m->param_unc_num), metric_(metric), inv_metric_(inv_metric),
+        max_energy_error_(max_energy_error), momentum_(metric, inv_metric, n_), rng_(seed),
+        xs_{Eigen::Map<const vector_d>(x, n_), vector_d(n_)},
+        gs_{Eigen::Map<const vector_d>(grad, n_), vector_d(n_)}, p_(n_), work_(n_),
+        lp_(lp) {}
+  bool ok() const { return momentum_.ok(); }
+  block_rng& rng() { return rng_; }
+
+  // Iteration i: draws the momentum, L_r ~ Uniform{1..max_steps} (max_steps without
+  // `jitter`) and u ~ Uniform(0, 1], in this order; accepts iff u < exp(-dH); writes
+  // the outputs' row i.
+  void step(int i, double eps, int max_steps, bool jitter, int* n_steps, double* draws,
+            double* grads, double* accept_prob, int* accepted, int* divergent,
+            double* energy, double* lp_out, int* n_grad) {
+    momentum_.draw(rng_, p_);
+    n_steps[i] = jitter ? rng_.uniform_int(1, max_steps) : max_steps;
+    const double u = rng_.uniform_positive();
+    const double h0 = -lp_ + kinetic_energy(metric_, inv_metric_, p_, work_);
+    const int prop = 1 - cur_;
+    xs_[prop] = xs_[cur_];
+    gs_[prop] = gs_[cur_];
+    double lp_new = lp_;
+    n_grad[i] = leapfrog(m_, n_steps[i], eps, metric_, inv_metric_, xs_[prop], p_,
+                         gs_[prop], &lp_new, work_);
+    const double h1 = -lp_new + kinetic_energy(metric_, inv_metric_, p_, work_);
+    const double delta = h1 - h0;
+    const bool finite = std::isfinite(delta);
+    const double ratio = finite ? std::exp(-delta) : 0.0;
+    accept_prob[i] = std::min(1.0, ratio);
+    divergent[i] = !finite || delta > max_energy_error_;
+    accepted[i] = u < ratio;
+    if (accepted[i]) {
+      cur_ = prop;
+      lp_ = lp_new;
+    }
+    energy[i] = accepted[i] ? h1 : h0;
+    lp_out[i] = lp_;
+    const double* xc = xs_[cur_].data();
+    std::copy(xc, xc + n_, draws + static_cast<size_t>(i) * n_);
+    if (grads) {
+      const double* gc = gs_[cur_].data();
+      std::copy(gc, gc + n_, grads + static_cast<size_t>(i) * n_);
+    }
+  }
+
+  // The final state into (x, grad, lp).
+  void write_state(double* x, double* grad, double* lp) const {
+    std::copy(xs_[cur_].data(), xs_[cur_].data() + n_, x);
+    std::copy(gs_[cur_].data(), gs_[cur_].data() + n_, grad);
+    *lp = lp_;
+  }
+
+ private:
+  const bs_model* m_;
+  int n_, metric_;
+  const double* inv_metric_;
+  double max_energy_error_;
+  momentum_sampler momentum_;
+  block_rng rng_;
+  vector_d xs_[2], gs_[2], p_, work_;
+  int cur_ = 0;
+  double lp_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -734,44 +805,63 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
                    double max_energy_error, double* x, double* grad, double* lp,
                    int* n_steps, double* draws, double* accept_prob, int* accepted,
                    int* divergent, double* energy, double* lp_out, int* n_grad) {
-  const int n = m->param_unc_num;
-  momentum_sampler momentum(metric, inv_metric, n);
-  if (!momentum.ok()) return 1;
-  block_rng rng(seed);
-  vector_d xs[2] = {Eigen::Map<vector_d>(x, n), vector_d(n)};
-  vector_d gs[2] = {Eigen::Map<vector_d>(grad, n), vector_d(n)};
-  vector_d p(n), work(n);
-  int cur = 0;
-  double lp_cur = *lp;
+  hmc_transitions chain(m, metric, inv_metric, seed, max_energy_error, x, grad, *lp);
+  if (!chain.ok()) return 1;
   for (int i = 0; i < n_iter; ++i) {
-    momentum.draw(rng, p);
-    n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
-    const double u = rng.uniform_positive();
-    const double h0 = -lp_cur + kinetic_energy(metric, inv_metric, p, work);
-    const int prop = 1 - cur;
-    xs[prop] = xs[cur];
-    gs[prop] = gs[cur];
-    double lp_new = lp_cur;
-    n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xs[prop], p, gs[prop],
-                         &lp_new, work);
-    const double h1 = -lp_new + kinetic_energy(metric, inv_metric, p, work);
-    const double delta = h1 - h0;
-    const bool finite = std::isfinite(delta);
-    const double ratio = finite ? std::exp(-delta) : 0.0;
-    accept_prob[i] = std::min(1.0, ratio);
-    divergent[i] = !finite || delta > max_energy_error;
-    accepted[i] = u < ratio;
-    if (accepted[i]) {
-      cur = prop;
-      lp_cur = lp_new;
-    }
-    energy[i] = accepted[i] ? h1 : h0;
-    lp_out[i] = lp_cur;
-    std::copy(xs[cur].data(), xs[cur].data() + n, draws + static_cast<size_t>(i) * n);
+    chain.step(i, eps, max_steps, jitter, n_steps, draws, nullptr, accept_prob, accepted,
+               divergent, energy, lp_out, n_grad);
   }
-  std::copy(xs[cur].data(), xs[cur].data() + n, x);
-  std::copy(gs[cur].data(), gs[cur].data() + n, grad);
-  *lp = lp_cur;
+  chain.write_state(x, grad, lp);
+  return 0;
+}
+
+// Warmup iterations with Stan's step-size adaptation (dual averaging of log eps, Hoffman
+// & Gelman 2014, Algorithm 5 with Stan's constants; the same update as
+// ahmc_stan/tuning/step_size.py) inside the block, so that a whole metric window runs in
+// one call.  Iteration i uses the current eps = exp(state[4]), draws, in this order, the
+// momentum, L_r ~ Uniform{1..L} with L = clamp(round(path_length / eps), 1, max_steps)
+// (L = max_steps when `path_length` <= 0; L_r = L when `jitter` is 0) and u, and uses
+// eps (1 + step_jitter (2v - 1)) with v ~ Uniform(0, 1] drawn first when `step_jitter`
+// > 0 (Neal 2011, section 5.4.2.2), makes the HMC transition of ahmc_hmc_block, then
+// updates the dual-averaging `state` = {mu, counter, s_bar, x_bar, log eps} with its
+// acceptance probability towards `params` = {target, gamma, t0, kappa}.  Per iteration
+// it writes what ahmc_hmc_block writes, plus the eps used and L; `grads` (nullable) gets
+// the gradient at each iteration's state (row i).  The block stops early, after the
+// iteration whose update takes eps below `min_eps` (a collapsing warmup, see
+// ahmc_stan/tuning/stuck.py); `*n_done` is the number of iterations made.  Returns 0, or
+// 1 when a dense `inv_metric` is not positive definite.
+int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int max_steps,
+                         int jitter, double step_jitter, int metric,
+                         const double* inv_metric, uint64_t seed,
+                         double max_energy_error, double min_eps, double* state,
+                         const double* params, double* x, double* grad, double* lp,
+                         int* n_done, double* step_size, int* n_steps, double* draws,
+                         double* grads, double* accept_prob, int* accepted,
+                         int* divergent, double* energy, double* lp_out, int* n_grad) {
+  hmc_transitions chain(m, metric, inv_metric, seed, max_energy_error, x, grad, *lp);
+  if (!chain.ok()) return 1;
+  const double target = params[0], gamma = params[1], t0 = params[2], kappa = params[3];
+  double &mu = state[0], &counter = state[1], &s_bar = state[2], &x_bar = state[3],
+         &log_eps = state[4];
+  *n_done = 0;
+  for (int i = 0; i < n_iter; ++i) {
+    const double eps = std::exp(log_eps);
+    const double steps = path_length > 0 ? std::round(path_length / eps) : max_steps;
+    const int max_l = steps < 1 ? 1 : steps > max_steps ? max_steps : static_cast<int>(steps);
+    step_size[i] = step_jitter > 0
+        ? eps * (1 + step_jitter * (2 * chain.rng().uniform_positive() - 1)) : eps;
+    chain.step(i, step_size[i], max_l, jitter, n_steps, draws, grads, accept_prob, accepted,
+               divergent, energy, lp_out, n_grad);
+    counter += 1;  // dual averaging of log eps
+    const double eta = 1.0 / (counter + t0);
+    s_bar = (1 - eta) * s_bar + eta * (target - accept_prob[i]);
+    log_eps = mu - s_bar * std::sqrt(counter) / gamma;
+    const double x_eta = std::pow(counter, -kappa);
+    x_bar = (1 - x_eta) * x_bar + x_eta * log_eps;
+    *n_done = i + 1;
+    if (!(std::exp(log_eps) >= min_eps)) break;
+  }
+  chain.write_state(x, grad, lp);
   return 0;
 }
 

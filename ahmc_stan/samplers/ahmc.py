@@ -36,10 +36,8 @@ import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
 from ..tuning import Box, Dimension
-from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
-from ..tuning.windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
-                              regularized_inv_metric)
+from ..tuning.hmc_warmup import METRICS, hmc_warmup
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            run_tuned_blocks, tuning_extras)
@@ -57,11 +55,6 @@ def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
 
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
 
-#: Metrics estimated from gradients (``fisher``, ``low_rank``): initial buffer and first
-#: window length of the scale phase, and the cap on leapfrog steps before the first
-#: estimate.
-EARLY_BUFFER = 10
-
 
 def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra) -> None:
     """Record a block; a kernel with more per-iteration statistics (RMHMC's Hessian
@@ -75,65 +68,17 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None):
-    """Phase 1: dual averaging of ε towards the acceptance statistic ``adapt_delta`` at a
-    path length of ~1 and Stan's metric windows (none when ``metric`` is an array: a fixed
-    inverse metric); ``progress(rec.n)`` every 25 iterations.  With ``restarts`` (a
-    :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
-    :class:`~ahmc_stan.tuning.stuck.WarmupStuck`."""
-    dims = len(state.position)
-    fixed = isinstance(metric, np.ndarray)
-    inv_metric = metric if fixed else None if metric == "identity" else (
-        np.eye(dims) if metric == "dense" else np.ones(dims))
-    from_gradients = metric in ("fisher", "low_rank")
-    grads = []  # the gradient at each iteration's state (metrics from gradients)
+    """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
+    phase 0; ``progress(rec.n)`` every 25 iterations.  Returns (state, inverse metric,
+    ε*)."""
+    def record(steps):
+        _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
+                phase=0)
 
-    def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
-        _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
-        return math.log(max(info.acceptance_rate[0], 1e-300))
-
-    eps = initial_step_size(log_accept) if n_iter else 1.0
-    averager = DualAveraging(eps, target=adapt_delta)
-    detector = restarts.detector(dims, eps) if restarts is not None and n_iter else None
-    if inv_metric is None or fixed:
-        windows = {}
-    elif from_gradients:  # a few draws suffice: estimate early and often, then double
-        windows = dict(adaptation_windows(n_iter, init_buffer=EARLY_BUFFER,
-                                          base_window=EARLY_BUFFER))
-    else:
-        windows = dict(adaptation_windows(n_iter))
-    window_start = {end: start for start, end in windows.items()}
-    # before the first estimate from gradients, short paths: the draws need only span the
-    # space, not be independent, and a badly scaled start makes ε tiny and 2/ε steps long
-    cap = EARLY_BUFFER if from_gradients and windows else max_num_steps
-    for it in range(n_iter):
-        n_steps = int(np.clip(round(2.0 / eps), 1, cap))
-        params = HMCParameters(eps, n_steps, inv_metric)
-        state, info = kernel.step(rng, state, params)
-        _record(rec, info, params, phase=0)
-        if from_gradients:
-            grads.append(state.logdensity_grad)
-        eps = averager.update(float(info.acceptance_rate[0]))
-        if detector is not None:
-            reason = detector.update(eps, state.position, float(info.acceptance_rate[0]),
-                                     float(info.logdensity[0]))
-            if reason is not None:
-                raise WarmupStuck(it + 1, reason)
-        if progress is not None and (it + 1) % 25 == 0:
-            progress(rec.n)
-        if it + 1 in window_start:
-            start = window_start[it + 1]
-            if from_gradients:
-                estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
-                inv_metric = estimate(rec.positions_since(start), np.array(grads[start:]))
-                cap = max_num_steps
-            else:
-                inv_metric = regularized_inv_metric(rec.positions_since(start),
-                                                    dense=metric == "dense")
-            eps = initial_step_size(log_accept, averager.final)
-            averager.restart(eps)
-            if detector is not None:
-                detector.restart(eps)
-    return state, inv_metric, (averager.final if n_iter else None)
+    return hmc_warmup(kernel, rng, state, n_iter, metric, record,
+                      max_num_steps=max_num_steps, adapt_delta=adapt_delta,
+                      restarts=restarts,
+                      progress=None if progress is None else lambda: progress(rec.n))
 
 
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
@@ -194,7 +139,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     once after the scale phase, returns the sampler's ``run_block`` (see
     :func:`hmc_blocks`); ``stat_names`` are the statistics it records.
 
-    ``kernel`` (default ``HMCKernel(model.kernel)``) runs the scale phase: anything with
+    ``kernel`` (default ``HMCKernel(model.density)``) runs the scale phase: anything with
     HMCKernel's ``init``/``step`` taking :class:`HMCParameters` (ARMHMC passes its RMHMC
     kernel with ``metric="identity"``).  ``metric`` may also be an array, a fixed inverse
     metric (vector: diagonal, matrix: dense) of which only ε* is adapted.
@@ -203,13 +148,13 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
-    if not fixed_metric and metric not in ("identity", "diag", "dense", "fisher", "low_rank"):
-        raise ValueError("metric must be 'identity', 'diag', 'dense', 'fisher', 'low_rank' or "
-                         f"an array, not {metric!r}")
+    if not fixed_metric and metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "
+                         f"array, not {metric!r}")
     adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
     restarts = WarmupRestarts(max_restarts, detect_stuck)
-    kernel = HMCKernel(model.kernel) if kernel is None else kernel
+    kernel = HMCKernel(model.density) if kernel is None else kernel
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(stat_names))
     if scale_fraction is None:

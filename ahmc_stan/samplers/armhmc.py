@@ -83,7 +83,7 @@ def _kernel_work(kernel: RMHMCKernel, result: ChainResult) -> dict[str, float]:
 
 def _constant_metric(model, x0, softness):
     started = time.perf_counter()
-    found = constant_softabs_metric(model.kernel, x0, softness)
+    found = constant_softabs_metric(model.density, x0, softness)
     work = {"n_grad": found["n_grad"], "n_hessian": 1}
     extras = {"mode": found["mode"], "optimizer_success": found["optimizer_success"]}
     return found["inv_metric"], work, extras, time.perf_counter() - started
@@ -109,7 +109,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                                  metric=inv_metric, max_num_steps=max_num_steps or 1000,
                                  **common)
     else:
-        kernel = RMHMCKernel(model.kernel, softness, fixed_point_tol,
+        kernel = RMHMCKernel(model.density, softness, fixed_point_tol,
                              max_fixed_point_iterations, check_reversibility,
                              third_derivatives=third_derivatives)
         common.setdefault("max_call_steps", 50)  # RMHMC steps cost ~2d Hessians each
@@ -143,10 +143,10 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     start = time.perf_counter()
     if metric == "constant":
         inv_metric, work, extras, _ = _constant_metric(model, x0, softness)
-        kernel = HMCKernel(model.kernel)
+        kernel = HMCKernel(model.density)
     else:
         inv_metric, extras = None, {}
-        kernel = RMHMCKernel(model.kernel, softness, fixed_point_tol,
+        kernel = RMHMCKernel(model.density, softness, fixed_point_tol,
                              max_fixed_point_iterations, check_reversibility,
                              third_derivatives=third_derivatives)
     params = HMCParameters(float(step_size), int(num_steps), inv_metric, jitter=jitter)

@@ -133,7 +133,7 @@ class ProductHMC:
             raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
         self.adapt_delta = float(adapt_delta)
         self.models = list(models)
-        self.kernels = [HMCKernel(m.kernel) for m in self.models]
+        self.kernels = [HMCKernel(m.density) for m in self.models]
         self.states = [k.init(x0) for k, x0 in zip(self.kernels, x0s, strict=True)]
         self.inv_metrics: list[InvMetric] = [None] * len(self.models)
         self.capacity = capacity

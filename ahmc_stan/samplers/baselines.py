@@ -33,6 +33,7 @@ import numpy as np
 from scipy import linalg
 
 from ..hmc import HMCKernel, HMCParameters
+from ..tuning.hmc_warmup import adapt_steps, check_stuck
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from .ahmc import HMC_STATS, _record
@@ -226,7 +227,7 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
             return step_size
         return step_size * (1.0 + step_size_jitter * rng.uniform(-1.0, 1.0))
 
-    kernel = HMCKernel(model.kernel)
+    kernel = HMCKernel(model.density)
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
     restarts = WarmupRestarts(max_restarts, detect_stuck)
@@ -237,25 +238,24 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
             _, info = kernel.step(rng, state, HMCParameters(step_size, 1, jitter=False))
             return math.log(max(info.acceptance_rate[0], 1e-300))
 
-        eps = initial_step_size(log_accept)
-        averager = DualAveraging(eps, target=adapt_delta)
-        detector = restarts.detector(len(x0), eps)
-        while rec.n < warmup:
-            params = HMCParameters(jittered(eps), num_steps, jitter=False)
-            state, info = kernel.step(rng, state, params)
-            _record(rec, info, params, phase=1)
-            eps = averager.update(float(info.acceptance_rate[0]))
-            reason = None if detector is None else detector.update(
-                eps, state.position, float(info.acceptance_rate[0]), float(info.logdensity[0]))
-            if reason is not None:  # start the warmup afresh from a new point
-                stuck = WarmupStuck(rec.n, reason)
+        averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+        detector = restarts.detector(len(x0), averager.step_size)
+        while rec.n < warmup:  # a block of iterations per call, ε adapted in C++
+            state, steps = adapt_steps(
+                kernel, rng, state, None, min(block_size - rec.n % block_size,
+                                              warmup - rec.n), averager, 0.0, num_steps,
+                0.0 if detector is None else detector.floor, jitter=False,
+                step_jitter=step_size_jitter)
+            _record(rec, steps.info, HMCParameters(steps.step_size, num_steps), phase=1)
+            try:
+                check_stuck(detector, steps, averager, rec.n - len(steps.step_size))
+            except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
-                eps = initial_step_size(log_accept)
-                averager = DualAveraging(eps, target=adapt_delta)
-                detector = restarts.detector(len(x0), eps)
+                averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+                detector = restarts.detector(len(x0), averager.step_size)
             if rec.n % block_size == 0:
                 progress(rec.n)
-        eps = averager.final if warmup else eps
+        eps = averager.final if warmup else averager.step_size
         rec.mark_sampling_start(start)
         params = HMCParameters(eps, num_steps, jitter=False)
         while rec.n < warmup + draws:

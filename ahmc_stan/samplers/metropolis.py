@@ -39,13 +39,13 @@ __all__ = ["Target", "MHStep", "Proposal", "propose", "langevin_log_q_ratio",
 
 class Target:
     """A model's log density: density only (``bridge.log_density``), density and gradient
-    (``model.kernel``, the fast path) and Hessian-vector products; ``-inf`` where the model
+    (``model.density``, the fast path) and Hessian-vector products; ``-inf`` where the model
     throws or the value is not finite."""
 
     def __init__(self, model):
         self.model = model
         self.dims = model.dims
-        self._kernel = model.kernel
+        self._kernel = model.density
         self._density = model.bridge.log_density
 
     def density(self, x: np.ndarray) -> float:

@@ -4,7 +4,7 @@ drawn afresh (Alfaki, Subbey & Haugland 2008, slide "Applying over-relaxation to
 The momentum persists from one iteration to the next, so the transition is generalised HMC
 (:mod:`ahmc_stan.ghmc`): ``p* = −OR(p)`` with K candidates per component
 (:func:`~ahmc_stan.momentum.ordered_overrelaxation`), a leapfrog trajectory of
-``L_r ~ Uniform{1..L}`` steps (in C++, ``DensityKernel.leapfrog``), Metropolis acceptance
+``L_r ~ Uniform{1..L}`` steps (in C++, ``NativeDensity.leapfrog``), Metropolis acceptance
 and the momentum flip on rejection; :mod:`ahmc_stan.ghmc` explains why the composition
 leaves ``π(x) N(p; 0, M)`` invariant.  K = 1 is plain HMC.
 

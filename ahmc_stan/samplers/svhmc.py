@@ -86,12 +86,7 @@ class HessianVector:
     ``bs_log_density_hessian_vector_product`` with preallocated buffers."""
 
     def __init__(self, model):
-        lib = model.bridge.stanlib
-        self._fn = lib["bs_log_density_hessian_vector_product"]  # a private function object
-        self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_void_p]
+        self._fn = model.density.entry("bs_log_density_hessian_vector_product")
         self._handle = model.bridge.model
         self._lp = ctypes.c_double()
         self._lp_ptr = ctypes.addressof(self._lp)

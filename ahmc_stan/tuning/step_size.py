@@ -33,6 +33,25 @@ class DualAveraging:
         self.step_size = math.exp(x)
         return self.step_size
 
+    def state_array(self) -> "np.ndarray":
+        """``[mu, counter, s_bar, x_bar, log ε]``, the state the C++ warmup block
+        (``ahmc_hmc_adapt_block``) advances."""
+        import numpy as np
+
+        return np.array([self.mu, self.counter, self.s_bar, self.x_bar,
+                         math.log(self.step_size)])
+
+    def params_array(self) -> "np.ndarray":
+        """``[target, gamma, t0, kappa]``."""
+        import numpy as np
+
+        return np.array([self.target, self.gamma, self.t0, self.kappa], dtype=float)
+
+    def load_state_array(self, state) -> None:
+        self.mu, counter, self.s_bar, self.x_bar, log_eps = (float(v) for v in state)
+        self.counter = int(round(counter))
+        self.step_size = math.exp(log_eps)
+
     @property
     def final(self) -> float:
         return math.exp(self.x_bar) if self.counter else self.step_size

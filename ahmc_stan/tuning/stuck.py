@@ -104,6 +104,11 @@ class StuckDetector:
         self._since_reference = 0
         self._accept_sum = 0.0
 
+    @property
+    def floor(self) -> float:
+        """The step size below which ε has collapsed (the first rule)."""
+        return self.reference * 10 ** -self.collapse_orders if self.reference > 0 else 0.0
+
     def update(self, step_size: float, position: np.ndarray, accept_stat: float = math.nan,
                lp: float = math.nan) -> str | None:
         """One iteration done: ``step_size`` is the ε adaptation chose next, ``position``

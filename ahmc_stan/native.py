@@ -1,0 +1,314 @@
+"""Every call from Python into a compiled model library, declared in one place.
+
+:data:`SIGNATURES` names each C function we call and its ctypes types: the BridgeStan C
+API functions used where bridgestan's own wrapper costs more per call, and ahmc-stan's
+entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``).  :func:`bind` returns a
+library's function with its declared types (a function object of our own, so
+bridgestan's declarations of the same symbols are untouched).  :class:`NativeDensity`
+(``model.density``) is the samplers' path to a model's density and derivatives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+__all__ = ["SIGNATURES", "bind", "NativeDensity", "metric_args"]
+
+_ptr = ctypes.c_void_p
+_int, _bool, _double = ctypes.c_int, ctypes.c_bool, ctypes.c_double
+
+#: C function name → (return type, argument types).
+SIGNATURES: dict[str, tuple] = {
+    # BridgeStan C API
+    "bs_log_density": (_int, [_ptr, _bool, _bool, _ptr, _ptr, _ptr]),
+    "bs_log_density_gradient": (_int, [_ptr, _bool, _bool, _ptr, _ptr, _ptr, _ptr]),
+    "bs_log_density_hessian_vector_product": (
+        _int, [_ptr, _bool, _bool, _ptr, _ptr, _ptr, _ptr, _ptr]),
+    "bs_free_error_msg": (None, [ctypes.c_char_p]),
+    # ahmc-stan's entry points
+    "ahmc_log_density_gradient": (_int, [_ptr, _bool, _bool, _ptr, _ptr, _ptr]),
+    "ahmc_param_constrain_rows": (_int, [_ptr, _bool, _bool, _int, _ptr, ctypes.c_uint,
+                                         _ptr, ctypes.POINTER(ctypes.c_char_p)]),
+    "ahmc_gradient_seconds": (_double, [_ptr, _ptr, _int]),
+    "ahmc_leapfrog": (_int, [_ptr, _int, _double, _int, _ptr, _ptr, _ptr, _ptr, _ptr]),
+    "ahmc_hmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, ctypes.c_uint64,
+                              _double, *[_ptr] * 11]),
+    "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _int, _int, _double, _int, _ptr,
+                                    ctypes.c_uint64, _double, _double, *[_ptr] * 16]),
+    "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
+    "ahmc_hessian_autodiff": (_int, []),
+    "ahmc_third_order_available": (_int, []),
+    "ahmc_log_density_hessian": (_int, [_ptr] * 5),
+    "ahmc_third_derivatives": (_int, [_ptr, _ptr, _int, _double, _ptr]),
+    "ahmc_log_density_tr_hessian_grad": (_int, [_ptr, _ptr, _ptr, _int, _double, _ptr]),
+}
+
+
+def bind(lib: ctypes.CDLL, name: str):
+    """``lib``'s function ``name`` typed as :data:`SIGNATURES` declares it."""
+    fn = lib[name]
+    fn.restype, fn.argtypes = SIGNATURES[name]
+    return fn
+
+
+def metric_args(inv_metric: np.ndarray | None) -> tuple[int, int | None]:
+    """(kind, pointer) of an inverse metric for the C layer: 0 identity (None), 1 diagonal
+    (a vector), 2 dense (a C-contiguous matrix)."""
+    if inv_metric is None:
+        return 0, None
+    return (1 if inv_metric.ndim == 1 else 2), inv_metric.ctypes.data
+
+
+class NativeDensity:
+    """The samplers' path to a model's density: ctypes calls with preallocated buffers into
+    ahmc-stan's entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``).
+
+    Log density and gradient include the Jacobian and drop constants.  A point where the
+    model throws or the result is not finite has log density ``-inf``.
+    """
+
+    def __init__(self, model):
+        self.dims = model.dims
+        self._model = model  # keeps the library and the C model alive
+        self._lib, self._handle = model.bridge.stanlib, model.bridge.model
+        self.native = hasattr(self._lib, "ahmc_log_density_gradient")
+        self._lp = ctypes.c_double()
+        self._lp_ptr = ctypes.addressof(self._lp)
+        if not self.native:  # built by bridgestan.compile_model: no ahmc entry points
+            return
+        self._grad = self.entry("ahmc_log_density_gradient")
+        self._leapfrog = self.entry("ahmc_leapfrog")
+        self._hmc_block = self.entry("ahmc_hmc_block")
+        self._adapt_block = self.entry("ahmc_hmc_adapt_block")
+        self._draw_momenta = self.entry("ahmc_draw_momenta")
+        self._seconds = self.entry("ahmc_gradient_seconds")
+
+    def entry(self, name: str):
+        """The library's function ``name`` with its :data:`SIGNATURES`, bound on first use;
+        ahmc-stan's own entry points need a library built by ahmc-stan."""
+        cache = self.__dict__.setdefault("_entries", {})
+        if name not in cache:
+            if name.startswith("ahmc_") and not self.native:
+                raise RuntimeError(f"{name} needs a library built by ahmc-stan "
+                                   "(unset BRIDGESTAN)")
+            cache[name] = bind(self._lib, name)
+        return cache[name]
+
+    def log_density_gradient(self, x: np.ndarray, grad_out: np.ndarray) -> float:
+        """Write the gradient at ``x`` into ``grad_out`` (both C-contiguous float64 of
+        length ``dims``) and return the log density (``-inf`` where not finite)."""
+        if not self.native:
+            try:
+                lp, _ = self._model.bridge.log_density_gradient(x, out=grad_out)
+            except RuntimeError:
+                return -np.inf
+            return lp if np.isfinite(lp) and np.all(np.isfinite(grad_out)) else -np.inf
+        if self._grad(self._handle, True, True, x.ctypes.data, self._lp_ptr,
+                      grad_out.ctypes.data):
+            return -np.inf
+        return self._lp.value
+
+    def leapfrog(self, n_steps: int, step_size: float, inv_metric: np.ndarray | None,
+                 x: np.ndarray, p: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, int]:
+        """``n_steps`` leapfrog steps from (x, p), updating ``x``, ``p`` and ``grad`` in
+        place; returns (log density at the end, gradient evaluations made).  The log
+        density is ``-inf`` if the trajectory met a point where it is not finite.
+
+        ``inv_metric`` is None (identity), a vector (diagonal) or a matrix (dense).
+        """
+        if not self.native:
+            return self._leapfrog_python(n_steps, step_size, inv_metric, x, p, grad)
+        self._lp.value = lp
+        n = self._leapfrog(self._handle, n_steps, step_size, *metric_args(inv_metric),
+                           x.ctypes.data, p.ctypes.data, grad.ctypes.data, self._lp_ptr)
+        return self._lp.value, n
+
+    _BLOCK_OUTPUTS = (("draws", float), ("accept_prob", float), ("accepted", np.intc),
+                      ("divergent", np.intc), ("energy", float), ("lp", float),
+                      ("n_grad", np.intc))
+
+    def hmc_block(self, step_size: float, max_steps: int, jitter: bool,
+                  inv_metric: np.ndarray | None, seed: int, n_iter: int,
+                  max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
+                  ) -> tuple[float, dict]:
+        """``n_iter`` HMC iterations in one C++ call (``ahmc_hmc_block``), their momenta,
+        ``L_r ~ U{1..max_steps}`` (or ``max_steps`` without ``jitter``) and Metropolis
+        uniforms drawn in C++ from the 64-bit ``seed`` (xoshiro256++, Boost's ziggurat
+        normals).  Updates ``x`` and ``grad`` in place; returns (log density of the final
+        state, per-iteration arrays ``draws``, ``accept_prob``, ``accepted``,
+        ``divergent``, ``energy``, ``lp``, ``n_grad``, ``n_steps``)."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
+               for k, dtype in self._BLOCK_OUTPUTS}
+        out["n_steps"] = np.empty(n_iter, np.intc)
+        self._lp.value = lp
+        if self._hmc_block(
+                self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)),
+                *metric_args(inv_metric), seed, max_energy_error, x.ctypes.data,
+                grad.ctypes.data, self._lp_ptr, out["n_steps"].ctypes.data,
+                *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS)):
+            raise ValueError("the dense inverse metric is not positive definite")
+        return self._lp.value, out
+
+    def hmc_adapt_block(self, path_length: float, max_steps: int, jitter: bool,
+                        inv_metric: np.ndarray | None, seed: int, n_iter: int,
+                        max_energy_error: float, min_step_size: float, state: np.ndarray,
+                        params: np.ndarray, x: np.ndarray, grad: np.ndarray, lp: float,
+                        want_grads: bool = False, step_jitter: float = 0.0
+                        ) -> tuple[float, dict]:
+        """Up to ``n_iter`` warmup iterations with dual averaging of ε inside one C++ call
+        (``ahmc_hmc_adapt_block``): the averaging ``state`` ``[mu, counter, s_bar, x_bar,
+        log ε]`` (updated in place) towards ``params`` ``[target, gamma, t0, kappa]``,
+        ``L_r ~ U{1..clamp(round(path_length/ε), 1, max_steps)}``; stops after an update
+        takes ε below ``min_step_size``; ``step_jitter`` = j > 0 uses ε·U(1 − j, 1 + j).
+        Returns (log density of the final state, the
+        per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
+        ``step_size`` and, with ``want_grads``, ``grads``)."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
+               for k, dtype in self._BLOCK_OUTPUTS}
+        out["n_steps"] = np.empty(n_iter, np.intc)
+        out["step_size"] = np.empty(n_iter)
+        grads = np.empty((n_iter, self.dims)) if want_grads else None
+        n_done = ctypes.c_int()
+        state = np.ascontiguousarray(state, dtype=float)
+        params = np.ascontiguousarray(params, dtype=float)
+        self._lp.value = lp
+        if self._adapt_block(
+                self._handle, n_iter, path_length, int(max_steps), int(bool(jitter)),
+                float(step_jitter), *metric_args(inv_metric), seed, max_energy_error, min_step_size,
+                state.ctypes.data, params.ctypes.data, x.ctypes.data, grad.ctypes.data,
+                self._lp_ptr, ctypes.addressof(n_done), out["step_size"].ctypes.data,
+                out["n_steps"].ctypes.data, out["draws"].ctypes.data,
+                None if grads is None else grads.ctypes.data,
+                *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS if k != "draws")):
+            raise ValueError("the dense inverse metric is not positive definite")
+        n = n_done.value
+        out = {k: v[:n] for k, v in out.items()}
+        if grads is not None:
+            out["grads"] = grads[:n]
+        return self._lp.value, out
+
+    def draw_momenta(self, inv_metric: np.ndarray | None, seed: int, n: int) -> np.ndarray:
+        """``n`` momenta from N(0, M) drawn exactly as :meth:`hmc_block` draws them
+        (``ahmc_draw_momenta``)."""
+        out = np.empty((n, self.dims))
+        if self._draw_momenta(*metric_args(inv_metric), self.dims, seed, n,
+                              out.ctypes.data):
+            raise ValueError("the dense inverse metric is not positive definite")
+        return out
+
+    def _leapfrog_python(self, n_steps, step_size, inv_metric, x, p, grad):
+        lp = -np.inf
+        for step in range(n_steps):
+            p += 0.5 * step_size * grad
+            if inv_metric is None:
+                x += step_size * p
+            elif inv_metric.ndim == 1:
+                x += step_size * inv_metric * p
+            else:
+                x += step_size * inv_metric @ p
+            lp = self.log_density_gradient(x, grad)
+            if not np.isfinite(lp):
+                return -np.inf, step + 1
+            p += 0.5 * step_size * grad
+        return lp, n_steps
+
+    def gradient_seconds(self, x: np.ndarray, n_reps: int = 10000) -> float:
+        """Seconds per gradient measured inside the C++ library (no Python overhead)."""
+        if not self.native:
+            raise RuntimeError("this library was not built by ahmc-stan")
+        x = np.ascontiguousarray(x, dtype=float)
+        return self._seconds(self._handle, x.ctypes.data, n_reps)
+
+    # ---- second and third derivatives (Riemann-manifold HMC) -----------------------------
+
+    #: Relative steps of the finite differences behind the third derivatives of models
+    #: without third-order autodiff (``ahmc_bridge.cpp``): of exact Hessians,
+    #: ≈ eps^(1/3), error ≈ 1e-10 relative; of exact gradients (second differences),
+    #: ≈ eps^(1/4), error ≈ 1e-7 relative.
+    third_derivative_steps = {"hessian": 6e-6, "gradient": 1.2e-4, "autodiff": 0.0}
+    _third_methods = {"hessian": 0, "gradient": 1, "autodiff": 2}
+
+    @property
+    def hessian_autodiff(self) -> bool:
+        """Whether Hessians are exact autodiff (``csrc/ahmc_second_order.hpp``) rather
+        than central differences of autodiff gradients."""
+        if "_hessian_autodiff" not in self.__dict__:
+            fn = self.entry("ahmc_hessian_autodiff")
+            self.__dict__["_hessian_autodiff"] = bool(fn())
+        return self.__dict__["_hessian_autodiff"]
+
+    def _third_step(self, method: str) -> float:
+        """Relative finite-difference step of a third-derivative method: differences of
+        Hessians that are themselves differences of gradients take the gradient step,
+        which balances their larger error against truncation."""
+        if method == "hessian" and not self.hessian_autodiff:
+            return self.third_derivative_steps["gradient"]
+        return self.third_derivative_steps[method]
+
+    @property
+    def third_order_available(self) -> bool:
+        """Whether the library has exact third-order autodiff (``fvar<fvar<var>>``, see
+        ``csrc/ahmc_third_order.hpp``); models whose functions lack those instances are
+        built without it."""
+        if "_third_order" not in self.__dict__:
+            fn = self.entry("ahmc_third_order_available")
+            self.__dict__["_third_order"] = bool(fn())
+        return self.__dict__["_third_order"]
+
+    def resolve_third_method(self, method: str, choices=("autodiff", "gradient", "hessian"),
+                      fallback: str = "gradient") -> str:
+        """The method ``method`` names: ``"auto"`` is autodiff where the library has it,
+        else ``fallback``."""
+        if method == "auto":
+            method = "autodiff" if self.third_order_available else fallback
+        if method not in choices:
+            raise ValueError(f"unknown third-derivative method {method!r}; expected "
+                             f"'auto' or one of {', '.join(map(repr, choices))}")
+        if method == "autodiff" and not self.third_order_available:
+            raise RuntimeError("this model library was built without third-order autodiff "
+                               "(its build log says why); use 'gradient' or 'hessian'")
+        return method
+
+    def log_density_hessian(self, x: np.ndarray, grad_out: np.ndarray,
+                            hess_out: np.ndarray) -> float:
+        """Write the gradient and the Hessian (C-contiguous ``(dims, dims)``) at ``x`` into
+        the buffers and return the log density (``ahmc_log_density_hessian``: one autodiff
+        pass, or differences of gradients, see :attr:`hessian_autodiff`); ``-inf`` where
+        the model throws or a result is not finite."""
+        fn = self.entry("ahmc_log_density_hessian")
+        if fn(self._handle, x.ctypes.data, self._lp_ptr, grad_out.ctypes.data,
+              hess_out.ctypes.data):
+            return -np.inf
+        return self._lp.value
+
+    def third_derivatives(self, x: np.ndarray, out: np.ndarray, method: str = "auto"
+                          ) -> bool:
+        """Write ``T[l, j, k] = ∂³log p/∂x_l∂x_j∂x_k`` (C-contiguous ``(dims,)*3``) into
+        ``out``; False where the model throws or a result is not finite.  ``method``:
+        ``"autodiff"``, exact (``stan::math::grad_hessian``: dims(dims+1)/2
+        ``fvar<fvar<var>>`` sweeps); for libraries without it ``"hessian"``, central
+        differences of autodiff Hessians (2·dims Hessians, ~1e-10 relative error), or
+        ``"gradient"``, second differences of autodiff gradients (2·dims² + 1 gradients,
+        ~1e-7); ``"auto"`` (default) is autodiff where available, else "gradient"."""
+        fn = self.entry("ahmc_third_derivatives")
+        method = self.resolve_third_method(method)
+        return fn(self._handle, x.ctypes.data, self._third_methods[method],
+                  self._third_step(method), out.ctypes.data) == 0
+
+    def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray,
+                        method: str = "auto") -> bool:
+        """Write ``tr(M ∂(∇²log p)/∂x_l)`` for every l into ``out`` (``M`` C-contiguous
+        ``(dims, dims)``); False where the model throws or a result is not finite.
+        ``method``: ``"autodiff"`` (``stan::math::grad_tr_mat_times_hessian``, dims
+        ``fvar<fvar<var>>`` sweeps) or ``"hessian"`` (differences of autodiff Hessians);
+        ``"auto"`` is autodiff where available."""
+        fn = self.entry("ahmc_log_density_tr_hessian_grad")
+        method = self.resolve_third_method(method, ("autodiff", "hessian"), fallback="hessian")
+        return fn(self._handle, x.ctypes.data, M.ctypes.data, self._third_methods[method],
+                  self._third_step(method), out.ctypes.data) == 0

@@ -1,0 +1,191 @@
+"""The warmup shared by the HMC family: Stan's step-size dual averaging and windowed metric
+estimation (Stan Reference Manual, "HMC algorithm parameters"), at a path length of about
+``path_length`` (AHMC's scale phase, Wang et al. 2013 as extended here: the tuner then
+searches a box around the reference step size ε* this phase ends with).
+
+:func:`hmc_warmup` proposes parameters only: it runs a kernel, reports every block of
+iterations to ``record`` and returns the adapted inverse metric and ε*.  A kernel with
+``adapt_run`` (:class:`~ahmc_stan.hmc.HMCKernel`: dual averaging inside the C++ block,
+``ahmc_hmc_adapt_block``) runs each stretch between metric updates and progress reports in
+one call; any other kernel with ``step`` (RMHMC) runs one iteration per call with the same
+rule and draws from the same Generator.
+
+Metrics: ``"identity"``; ``"diag"``/``"dense"``, Stan's regularised covariance of each
+window's draws; ``"fisher"``, the diagonal from draws and gradients
+(:func:`~ahmc_stan.tuning.windows.fisher_inv_metric`); ``"low_rank"``, that diagonal
+corrected in the directions the draws and gradients single out
+(:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array, a fixed inverse
+metric of which only ε is adapted.  The gradient-based metrics need few draws, so they are
+estimated early and often (windows starting at :data:`EARLY_BUFFER` iterations) and the
+paths stay short (at most :data:`EARLY_BUFFER` steps) until the first estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .step_size import DualAveraging, initial_step_size
+from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
+                      regularized_inv_metric)
+
+__all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "AdaptedSteps", "METRICS",
+           "EARLY_BUFFER"]
+
+METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
+
+#: Gradient-based metrics: initial buffer and first window of the warmup, and the cap on
+#: leapfrog steps before the first estimate.
+EARLY_BUFFER = 10
+
+#: Iterations between progress reports (and so the longest call into the kernel).
+REPORT_EVERY = 25
+
+
+@dataclass(frozen=True)
+class AdaptedSteps:
+    """A stretch of warmup iterations: the kernel's ``info``, and per iteration the step
+    size used, the bound on leapfrog steps, and (when asked for) the gradient at the
+    state kept."""
+
+    info: object
+    step_size: np.ndarray
+    num_steps_max: np.ndarray
+    grads: np.ndarray | None
+
+
+def _steps_bound(step_size, path_length: float, max_steps: int):
+    """``clamp(round(path_length / ε), 1, max_steps)``, rounding halves away from zero as
+    the C++ block does; ``max_steps`` when ``path_length`` <= 0."""
+    step_size = np.asarray(step_size, dtype=float)
+    if path_length <= 0:
+        return np.full(step_size.shape, int(max_steps))
+    return np.clip(np.floor(path_length / step_size + 0.5), 1, max_steps).astype(int)
+
+
+def adapt_steps(kernel, rng: np.random.Generator, state, inv_metric, n_iter: int,
+                averager: DualAveraging, path_length: float, max_steps: int,
+                min_step_size: float = 0.0, want_grads: bool = False, jitter: bool = True,
+                step_jitter: float = 0.0):
+    """Up to ``n_iter`` iterations, each at the averager's current ε with
+    ``L_r ~ U{1..L}``, ``L = clamp(round(path_length/ε), 1, max_steps)`` (``max_steps``
+    when ``path_length`` <= 0; ``L_r = L`` without ``jitter``), the averager updated with
+    each acceptance probability; stops after an update takes ε below ``min_step_size``.
+    ``step_jitter`` = j > 0 runs each iteration at ε·U(1 − j, 1 + j) (Neal 2011,
+    §5.4.2.2).  Returns (state, :class:`AdaptedSteps`)."""
+    if hasattr(kernel, "adapt_run"):
+        return kernel.adapt_run(rng, state, inv_metric, n_iter, averager, path_length,
+                                max_steps, min_step_size, want_grads, jitter, step_jitter)
+    from ..hmc import HMCParameters, stack_infos
+
+    infos, sizes, bounds, grads = [], [], [], []
+    for _ in range(n_iter):
+        eps = averager.step_size
+        bound = int(_steps_bound(eps, path_length, max_steps))
+        if step_jitter:
+            eps *= 1 + step_jitter * rng.uniform(-1, 1)
+        state, info = kernel.step(rng, state, HMCParameters(
+            eps, bound, inv_metric, jitter))
+        infos.append(info)
+        sizes.append(eps)
+        bounds.append(bound)
+        if want_grads:
+            grads.append(state.logdensity_grad.copy())
+        if not averager.update(float(info.acceptance_rate[0])) >= min_step_size:
+            break
+    return state, AdaptedSteps(stack_infos(infos), np.array(sizes), np.array(bounds),
+                               np.array(grads) if want_grads else None)
+
+
+def check_stuck(detector, steps: AdaptedSteps, averager: DualAveraging, done: int) -> None:
+    """Feed a stretch's iterations to a :class:`~ahmc_stan.tuning.stuck.StuckDetector`
+    (each with the ε adaptation chose after it); raise
+    :class:`~ahmc_stan.tuning.stuck.WarmupStuck` at the first stuck one (``done``: the
+    attempt's iterations before the stretch).  No-op without a detector."""
+    from .stuck import WarmupStuck
+
+    if detector is None:
+        return
+    info, n = steps.info, len(steps.info.positions)
+    for j in range(n):
+        eps_next = steps.step_size[j + 1] if j + 1 < n else averager.step_size
+        reason = detector.update(eps_next, info.positions[j], float(info.acceptance_rate[j]),
+                                 float(info.logdensity[j]))
+        if reason is not None:
+            raise WarmupStuck(done + j + 1, reason)
+
+
+def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
+               record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
+               adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
+               progress: Callable[[], None] | None = None):
+    """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
+    towards the acceptance statistic ``adapt_delta`` at a path length of about
+    ``path_length``, the inverse metric estimated at the end of each of Stan's windows
+    (module docstring for ``metric``); ``record(steps)`` after every call into the
+    kernel, ``progress()`` every :data:`REPORT_EVERY` iterations.  With ``restarts`` (a
+    :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
+    :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  Returns (state, inverse metric, ε*),
+    ε* ``None`` when ``n_iter`` is 0."""
+    dims = len(state.position)
+    fixed = isinstance(metric, np.ndarray)
+    if not fixed and metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "
+                         f"array, not {metric!r}")
+    inv_metric = metric if fixed else None if metric == "identity" else (
+        np.eye(dims) if metric == "dense" else np.ones(dims))
+    from_gradients = metric in ("fisher", "low_rank")
+    if inv_metric is None or fixed:
+        windows = {}
+    elif from_gradients:
+        windows = dict(adaptation_windows(n_iter, init_buffer=EARLY_BUFFER,
+                                          base_window=EARLY_BUFFER))
+    else:
+        windows = dict(adaptation_windows(n_iter))
+    window_start = {end: start for start, end in windows.items()}
+    # before the first estimate from gradients, short paths: the draws need only span the
+    # space, not be independent, and a badly scaled start makes ε tiny and 2/ε steps long
+    cap = EARLY_BUFFER if from_gradients and windows else max_num_steps
+
+    def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
+        from ..hmc import HMCParameters
+
+        _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
+        return math.log(max(info.acceptance_rate[0], 1e-300))
+
+    if n_iter == 0:
+        return state, inv_metric, None
+    averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+    detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
+    positions, grads = [], []
+    it = 0
+    while it < n_iter:
+        stop = min([n_iter, (it // REPORT_EVERY + 1) * REPORT_EVERY,
+                    *[end for end in window_start if end > it]])
+        floor = 0.0 if detector is None else detector.floor
+        state, steps = adapt_steps(kernel, rng, state, inv_metric, stop - it, averager,
+                                   path_length, cap, floor, from_gradients)
+        record(steps)
+        positions.append(steps.info.positions)
+        if from_gradients:
+            grads.append(steps.grads)
+        check_stuck(detector, steps, averager, it)
+        it += len(steps.info.positions)
+        if progress is not None and it % REPORT_EVERY == 0:
+            progress()
+        if it in window_start:
+            start = window_start[it]
+            window = np.concatenate(positions)[start:it]
+            if from_gradients:
+                estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
+                inv_metric = estimate(window, np.concatenate(grads)[start:it])
+                cap = max_num_steps
+            else:
+                inv_metric = regularized_inv_metric(window, dense=metric == "dense")
+            averager.restart(initial_step_size(log_accept, averager.final))
+            if detector is not None:
+                detector.restart(averager.step_size)
+    return state, inv_metric, averager.final
