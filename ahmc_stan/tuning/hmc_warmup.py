@@ -137,7 +137,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                          f"array, not {metric!r}")
     inv_metric = metric if fixed else None if metric == "identity" else (
         np.eye(dims) if metric == "dense" else np.ones(dims))
-    from_gradients = metric in ("fisher", "low_rank")
+    from_gradients = not fixed and metric in ("fisher", "low_rank")
     if inv_metric is None or fixed:
         windows = {}
     elif from_gradients:

@@ -72,7 +72,8 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     the space), is computed in the span of the scaled draws and gradients; its
     eigendirections with eigenvalue above ``cutoff`` or below ``1/cutoff`` correct the
     diagonal, the others keep it.  ``gamma`` regularises both covariances.  Returned as
-    a dense matrix ``D^½ (I + V(Λ − I)Vᵀ) D^½`` (the kernels take dense metrics)."""
+    a dense matrix ``D^½ (I + V(Λ − I)Vᵀ) D^½`` (the kernels take dense metrics), or as
+    the vector ``D`` when no direction needs correcting."""
     n, d = draws.shape
     diag = fisher_inv_metric(draws, grads)
     scale = np.sqrt(diag)
@@ -91,6 +92,8 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     middle = (u2 * np.sqrt(np.clip(w2, 0, None))) @ u2.T
     lam, vecs = np.linalg.eigh(b_inv_half @ middle @ b_inv_half)
     keep = (lam > cutoff) | (lam < 1.0 / cutoff)
+    if not keep.any():  # nothing to correct: the diagonal, kept diagonal (cheaper steps)
+        return diag
     v = basis @ vecs[:, keep]
     inner = np.eye(d) + (v * (lam[keep] - 1.0)) @ v.T
     inv_metric = scale[:, None] * inner * scale[None, :]
