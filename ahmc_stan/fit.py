@@ -274,8 +274,15 @@ class Fit:
         chains = self.metadata.get("chains")
         if not chains:
             return None
-        return [None if c.get("inv_metric") is None else np.asarray(c["inv_metric"], float)
-                for c in chains]
+        def dense(m):
+            if isinstance(m, Mapping):  # a diagonal-plus-low-rank metric's factors
+                from .metric import LowRankInvMetric
+
+                return LowRankInvMetric(**{k: np.asarray(v, float) for k, v in m.items()}
+                                        ).to_dense()
+            return None if m is None else np.asarray(m, float)
+
+        return [dense(c.get("inv_metric")) for c in chains]
 
     def column(self, name: str) -> np.ndarray:
         """The ``(chains, draws)`` draws of one column, by name: ``M.1.2`` or Stan's

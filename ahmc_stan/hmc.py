@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metric import InvMetric
+from .metric import InvMetric, as_native
 from .native import NativeDensity
 
 __all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel", "stack_infos"]
@@ -92,8 +92,7 @@ class HMCKernel:
         taken from ``rng``."""
         seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()
-        inv_metric = (None if params.inv_metric is None
-                      else np.ascontiguousarray(params.inv_metric, dtype=float))
+        inv_metric = as_native(params.inv_metric)
         lp, out = self.density.hmc_block(
             params.step_size, params.num_steps, params.jitter, inv_metric, seed, n_iter,
             self.max_energy_error, x, grad, state.logdensity)
@@ -114,8 +113,7 @@ class HMCKernel:
 
         seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()
-        inv_metric = (None if inv_metric is None
-                      else np.ascontiguousarray(inv_metric, dtype=float))
+        inv_metric = as_native(inv_metric)
         da = averager.state_array()
         lp, out = self.density.hmc_adapt_block(
             path_length, max_steps, jitter, inv_metric, seed, n_iter, self.max_energy_error,

@@ -55,9 +55,13 @@ def bind(lib: ctypes.CDLL, name: str):
 
 def metric_args(inv_metric: np.ndarray | None) -> tuple[int, int | None]:
     """(kind, pointer) of an inverse metric for the C layer: 0 identity (None), 1 diagonal
-    (a vector), 2 dense (a C-contiguous matrix)."""
+    (a vector), 2 dense (a C-contiguous matrix), 3 diagonal plus low rank
+    (:class:`~ahmc_stan.metric.LowRankInvMetric`, its packed array)."""
     if inv_metric is None:
         return 0, None
+    packed = getattr(inv_metric, "packed", None)  # a LowRankInvMetric
+    if packed is not None:
+        return 3, packed.ctypes.data
     return (1 if inv_metric.ndim == 1 else 2), inv_metric.ctypes.data
 
 

@@ -77,9 +77,9 @@ def test_low_rank_is_the_covariance_of_a_gaussian():
     sigma = ridge_covariance()
     x = rng.multivariate_normal(np.ones(3), sigma, size=8)
     grads = -np.linalg.solve(sigma, (x - 1).T).T
-    np.testing.assert_allclose(low_rank_inv_metric(x, grads, cutoff=1.0, gamma=0.0), sigma,
-                               rtol=1e-8, atol=1e-12)
-    estimate = low_rank_inv_metric(x, grads)
+    np.testing.assert_allclose(low_rank_inv_metric(x, grads, cutoff=1.0, gamma=0.0
+                                                   ).to_dense(), sigma, rtol=1e-8, atol=1e-12)
+    estimate = low_rank_inv_metric(x, grads).to_dense()
     top = lambda m: np.linalg.eigh(m)[1][:, -1]  # noqa: E731
     assert abs(top(estimate) @ top(sigma)) > 1 - 1e-6
     chol = np.linalg.cholesky(estimate)
@@ -109,3 +109,33 @@ def test_ahmc_low_rank_on_a_ridge(tmp_path):
     assert_moments(whitened, np.zeros(3), np.ones(3))
     np.testing.assert_array_equal(tune_and_sample(model, metric="low_rank", **kw).draws,
                                   fit.draws)
+
+
+def test_low_rank_metric_in_the_c_layer(mvn_model):
+    """The C layer's diagonal-plus-low-rank kind: leapfrog steps equal those with the same
+    metric as a dense matrix, and its momenta have covariance M = (M⁻¹)⁻¹."""
+    from ahmc_stan.metric import LowRankInvMetric, draw_momenta
+
+    rng = np.random.default_rng(8)
+    q, _ = np.linalg.qr(rng.normal(size=(3, 2)))
+    low = LowRankInvMetric(np.array([0.5, 2.0, 1.5]), q, np.array([9.0, 0.2]))
+    dense = low.to_dense()
+    np.testing.assert_allclose(low @ np.eye(3), dense)
+    np.testing.assert_allclose(low.solve(dense), np.eye(3), atol=1e-12)
+    density = mvn_model.density
+    ends = []
+    for metric in (low, dense):
+        x, p, g = np.array([0.3, -0.7, 1.9]), np.array([0.4, 1.1, -0.2]), np.empty(3)
+        lp = density.log_density_gradient(x, g)
+        lp, n = density.leapfrog(12, 0.05, metric, x, p, g, lp)
+        ends.append((x, p, lp, n))
+    np.testing.assert_allclose(ends[0][0], ends[1][0], rtol=1e-12)
+    np.testing.assert_allclose(ends[0][1], ends[1][1], rtol=1e-12)
+    assert ends[0][2:] == pytest.approx(ends[1][2:], rel=1e-12)
+    # momenta: C++ and numpy draws both have covariance M
+    m = np.linalg.inv(dense)
+    for p in (density.draw_momenta(low, 11, 40000), draw_momenta(rng, low, 40000, 3)):
+        cov = np.cov(p, rowvar=False)
+        # the sd of a sample covariance entry is sqrt((M_ii M_jj + M_ij²) / n)
+        tol = 5 * np.sqrt((np.outer(np.diag(m), np.diag(m)) + m**2) / len(p))
+        assert np.all(np.abs(cov - m) < tol), (cov, m)

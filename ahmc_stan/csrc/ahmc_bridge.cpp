@@ -194,8 +194,34 @@ void model_hessian_times_vector(const stan::model::model_base& model, bool propt
   }
 }
 
+// A diagonal-plus-low-rank inverse metric M^-1 = S (I + V (Lambda - I) V') S, S =
+// diag(sqrt(D)), V (n x k) with orthonormal columns (ahmc_stan/tuning/windows.py,
+// low_rank_inv_metric), packed by ahmc_stan/metric.py as {k, sqrt(D)[n], 1/sqrt(D)[n],
+// lambda - 1 [k], lambda^-1/2 - 1 [k], V[n x k] row-major}: O(nk) per product instead of
+// O(n^2).
+struct low_rank_metric {
+  low_rank_metric(const double* packed, Eigen::Index n)
+      : k(static_cast<Eigen::Index>(packed[0])), root_d(packed + 1, n),
+        inv_root_d(packed + 1 + n, n), c(packed + 1 + 2 * n, k),
+        c_root(packed + 1 + 2 * n + k, k), vecs(packed + 1 + 2 * n + 2 * k, n, k) {}
+  // M^-1 v = S (w + V (c .* V'w)) with w = S v; or, with `root`, the momentum
+  // S^-1 (v + V (c_root .* V'v)) whose covariance is M for v ~ N(0, I).
+  void apply(const Eigen::Ref<const vector_d>& v, Eigen::Ref<vector_d> out, bool root) const {
+    if (root) {
+      out = inv_root_d.cwiseProduct(v + vecs * c_root.cwiseProduct(vecs.transpose() * v));
+    } else {
+      const vector_d w = root_d.cwiseProduct(v);
+      out = root_d.cwiseProduct(w + vecs * c.cwiseProduct(vecs.transpose() * w));
+    }
+  }
+  Eigen::Index k;
+  Eigen::Map<const vector_d> root_d, inv_root_d, c, c_root;
+  Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> vecs;
+};
+
 // out = M^-1 v for the inverse metric kinds of the sampler entry points: 0 identity,
-// 1 diagonal (a vector), 2 dense (row-major matrix).  `out` must not alias `v`.
+// 1 diagonal (a vector), 2 dense (row-major matrix), 3 diagonal plus low rank
+// (low_rank_metric).  `out` must not alias `v`.
 void apply_inv_metric(int metric, const double* inv_metric,
                       const Eigen::Ref<const vector_d>& v, Eigen::Ref<vector_d> out) {
   const Eigen::Index n = v.size();
@@ -203,6 +229,8 @@ void apply_inv_metric(int metric, const double* inv_metric,
     out = v;
   } else if (metric == 1) {
     out = Eigen::Map<const vector_d>(inv_metric, n).cwiseProduct(v);
+  } else if (metric == 3) {
+    low_rank_metric(inv_metric, n).apply(v, out, false);
   } else {
     out.noalias() = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
                                                    Eigen::RowMajor>>(inv_metric, n, n) * v;
@@ -666,10 +694,12 @@ class block_rng {
 
 // Momenta p ~ N(0, M), M = (M^-1)^-1 (Neal 2011, section 5.4.1): z standard normal and
 // p = z for the identity, z / sqrt(M^-1) for a diagonal metric, and U^-1 z for a dense
-// M^-1 = U'U (U upper triangular; then Cov(p) = U^-1 U^-T = M).
+// M^-1 = U'U (U upper triangular; then Cov(p) = U^-1 U^-T = M); for the low-rank kind
+// S^-1 (I + V (lambda^-1/2 - 1) V') z, whose covariance is M as V is orthonormal.
 class momentum_sampler {
  public:
-  momentum_sampler(int metric, const double* inv_metric, int n) : metric_(metric), z_(n) {
+  momentum_sampler(int metric, const double* inv_metric, int n)
+      : metric_(metric), inv_metric_(inv_metric), z_(n) {
     if (metric == 1) {
       scale_ = Eigen::Map<const vector_d>(inv_metric, n).cwiseSqrt().cwiseInverse();
     } else if (metric == 2) {
@@ -686,6 +716,9 @@ class momentum_sampler {
       for (Eigen::Index j = 0; j < n; ++j) pv[j] = rng.normal();
     } else if (metric_ == 1) {
       for (Eigen::Index j = 0; j < n; ++j) pv[j] = rng.normal() * scale_[j];
+    } else if (metric_ == 3) {  // p = S^-1 (I + V (lambda^-1/2 - 1) V') z
+      for (Eigen::Index j = 0; j < n; ++j) z_[j] = rng.normal();
+      low_rank_metric(inv_metric_, n).apply(z_, p, true);
     } else {
       for (Eigen::Index j = 0; j < n; ++j) z_[j] = rng.normal();
       p = llt_.matrixU().solve(z_);
@@ -694,6 +727,7 @@ class momentum_sampler {
 
  private:
   int metric_;
+  const double* inv_metric_;
   bool ok_ = true;
   vector_d z_, scale_;
   Eigen::LLT<Eigen::MatrixXd> llt_;

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
+from ..metric import metric_record
 from ..tuning import Box, Dimension
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.hmc_warmup import METRICS, hmc_warmup
@@ -194,6 +195,6 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         rec.interrupted = True
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
-    extras = {"inv_metric": inv_metric, "reference_step_size": eps_ref,
+    extras = {"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
               "restarts": restarts.records, **tuning_extras(tuner)}
     return rec.result(warmup, start, extras)

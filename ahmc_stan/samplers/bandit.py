@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
-from ..metric import InvMetric
+from ..metric import InvMetric, metric_record
 from ..rewards import CrossValidation, fold_models
 from ..tuning import BayesOptTuner
 from .ahmc import HMC_STATS, _record, _scale_phase, default_box
@@ -305,7 +305,8 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
         max_num_steps=max_num_steps, tune=tune, initial=initial,
         progress=progress or (lambda n: None), callback=callback, tuning=tuning)
     extras = {"budget": budget, "inv_metric": None, **tuning_extras(tuner)}
-    chains = [rec.result(scale_iterations, start, {**extras, "inv_metric": m})
+    chains = [rec.result(scale_iterations, start,
+                         {**extras, "inv_metric": metric_record(m)})
               for rec, m in zip(product.recs, product.inv_metrics)]
     return BanditResult(chains, starts, gammas, tuner, product.inv_metrics, eps_refs, extras)
 
@@ -388,7 +389,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     phase[n_scale:warmup], phase[warmup:rec.n] = 1, 2  # a round may straddle warmup's end
     if rec.sampling_start is None and rec.n >= warmup:
         rec.mark_sampling_start(start)
-    extras = {"inv_metric": product.inv_metrics[0],
+    extras = {"inv_metric": metric_record(product.inv_metrics[0]),
               "reference_step_size": None if tuner is None else eps_refs[0],
               "budget": None if tuner is None else budget,
               "round_starts": [] if tuner is None else starts.tolist(),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..metric import LowRankInvMetric
+
 
 def adaptation_windows(num_warmup: int, init_buffer: int = 75, term_buffer: int = 50,
                        base_window: int = 25) -> list[tuple[int, int]]:
@@ -71,10 +73,10 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     ``Cov(x)`` and ``Cov(∇)⁻¹``; exact, ``S = Σ``, for any Gaussian once the draws span
     the space), is computed in the span of the scaled draws and gradients; its
     eigendirections with eigenvalue above ``cutoff`` or below ``1/cutoff`` correct the
-    diagonal, the others keep it.  ``gamma`` regularises both covariances.  Returned as
-    a dense matrix ``D^½ (I + V(Λ − I)Vᵀ) D^½`` (the kernels take dense metrics), or as
-    the vector ``D`` when no direction needs correcting."""
-    n, d = draws.shape
+    diagonal, the others keep it.  ``gamma`` regularises both covariances.  Returns the
+    :class:`~ahmc_stan.metric.LowRankInvMetric` ``D^½ (I + V(Λ − I)Vᵀ) D^½``, or the
+    vector ``D`` when no direction needs correcting."""
+    n = len(draws)
     diag = fisher_inv_metric(draws, grads)
     scale = np.sqrt(diag)
     x = (draws - draws.mean(axis=0)) / scale
@@ -94,7 +96,4 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     keep = (lam > cutoff) | (lam < 1.0 / cutoff)
     if not keep.any():  # nothing to correct: the diagonal, kept diagonal (cheaper steps)
         return diag
-    v = basis @ vecs[:, keep]
-    inner = np.eye(d) + (v * (lam[keep] - 1.0)) @ v.T
-    inv_metric = scale[:, None] * inner * scale[None, :]
-    return (inv_metric + inv_metric.T) / 2
+    return LowRankInvMetric(diag, basis @ vecs[:, keep], lam[keep])
