@@ -75,14 +75,21 @@ def main(argv=None) -> None:
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--samplers", default=",".join(list(OURS) + PEERS),
+                        help="which of ours to run (the three NUTS always run)")
     parser.add_argument("--out", default=str(RESULTS / "nuts_peers"))
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    samplers = list(OURS) + PEERS
-    start = time.perf_counter()
-    rows = {}
+    chosen = {x.strip() for x in args.samplers.split(",")}
+    samplers = [x for x in OURS if x in chosen] + PEERS
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(out.with_suffix(".json").read_text()) \
+        if out.with_suffix(".json").exists() else {"models": {}}
+    rows = previous["models"]  # models run before (with their own settings) are kept
     for name in models:
+        start = time.perf_counter()
         model = load(name)
         runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=args.warmup,
                                            draws=args.draws, seed=seed))
@@ -92,50 +99,58 @@ def main(argv=None) -> None:
         for s in samplers:
             med[s]["max_rhat"] = float(max(r["max_rhat"] for r in runs[s]))
         best = {k: max(med[p][k] for p in PEERS) for k in ("per_grad", "per_s")}
-        rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best}
+        rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best,
+                      "settings": {"chains": args.chains, "warmup": args.warmup,
+                                   "draws": args.draws, "seeds": seeds},
+                      "wall_seconds": time.perf_counter() - start}
         print(f"{name}: " + ", ".join(
             f"{s} {med[s]['per_grad'] / best['per_grad']:.2f}×/grad "
-            f"{med[s]['per_s'] / best['per_s']:.2f}×/s" for s in samplers), flush=True)
-    wall = time.perf_counter() - start
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"command": "python comparisons/nuts_peers.py --seeds " + args.seeds,
-         "seeds": seeds, "chains": args.chains, "warmup": args.warmup,
-         "draws": args.draws, "wall_seconds": wall, "models": rows}, indent=1))
-    out.with_suffix(".md").write_text(report(rows, seeds, args, wall))
-    print(report(rows, seeds, args, wall))
+            f"{med[s]['per_s'] / best['per_s']:.2f}×/s R-hat {med[s]['max_rhat']:.3f}"
+            for s in samplers), flush=True)
+        out.with_suffix(".json").write_text(json.dumps({"models": rows}, indent=1))
+        out.with_suffix(".md").write_text(report(rows))
+    print(report(rows))
 
 
-def report(rows: dict, seeds, args, wall: float) -> str:
+def report(rows: dict) -> str:
     import pandas as pd
 
     lines = ["# AHMC against the best NUTS\n",
-             f"Command: `python comparisons/nuts_peers.py --seeds {args.seeds}` "
-             f"({args.chains} chains × {args.warmup} warmup + {args.draws} draws); medians "
-             f"over seeds; min bulk ESS per gradient and per second, warmup included, "
-             f"as ratios to the best of CmdStan NUTS, nutpie and nutpie low-rank on that "
-             f"model (so 1 is the best NUTS); worst R-hat over seeds. Wall time "
-             f"{wall / 60:.0f} min.\n"]
-    samplers = list(next(iter(rows.values()))["median"]) if rows else []
+             "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
+             "--draws D` (4 chains; each model's settings in the last table). Min bulk ESS "
+             "per gradient and per second, warmup included, as ratios to the best of CmdStan "
+             "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
+             "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "
+             "side in one run on the shared 2-core machine.\n"]
+    samplers = list(dict.fromkeys(s for row in rows.values() for s in row["median"]))
     for title, key in (("per gradient (warmup included)", "per_grad"),
                        ("per second (warmup included)", "per_s")):
         table = {name: {"dims": row["dims"], **{
-            s: row["median"][s][key] / row["best_nuts"][key] for s in samplers}}
+            s: row["median"][s][key] / row["best_nuts"][key] if s in row["median"]
+            else float("nan") for s in samplers}}
             for name, row in rows.items()}
         df = pd.DataFrame.from_dict(table, orient="index")
         df.index.name = "model"
         lines += [f"\n## Min ESS {title} ÷ best NUTS\n", to_markdown(df, floatfmt=".3g")]
-    table = {name: {s: row["median"][s]["max_rhat"] for s in samplers}
+    table = {name: {s: row["median"].get(s, {}).get("max_rhat", float("nan"))
+                    for s in samplers}
              for name, row in rows.items()}
     df = pd.DataFrame.from_dict(table, orient="index")
     df.index.name = "model"
     lines += ["\n## Worst R-hat\n", to_markdown(df, floatfmt=".3g")]
-    table = {name: {s: row["median"][s]["warmup_share"] for s in samplers}
+    table = {name: {s: row["median"].get(s, {}).get("warmup_share", float("nan"))
+                    for s in samplers}
              for name, row in rows.items()}
     df = pd.DataFrame.from_dict(table, orient="index")
     df.index.name = "model"
     lines += ["\n## Share of gradients spent in warmup\n", to_markdown(df, floatfmt=".2f")]
+    table = {name: {"dims": row["dims"], **row.get("settings", {}),
+                    "minutes": row.get("wall_seconds", float("nan")) / 60}
+             for name, row in rows.items()}
+    df = pd.DataFrame.from_dict(table, orient="index")
+    df["seeds"] = df["seeds"].astype(str)
+    df.index.name = "model"
+    lines += ["\n## Settings\n", to_markdown(df, floatfmt=".3g")]
     return "\n".join(lines) + "\n"
 
 

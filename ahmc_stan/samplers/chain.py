@@ -217,25 +217,29 @@ def read_stream(path: str | os.PathLike, warmup: int) -> ChainResult:
     dims, names = header["dims"], header["stats"]
     width = 2 + dims + len(names)
     records = np.frombuffer(raw[:len(raw) // (8 * width) * 8 * width]).reshape(-1, width)
-    rows = records[:, 0]
-    n = 0 if not len(records) else int(max(rows.max() + 1, 0))
+    n = 0 if not len(records) else int(max(records[:, 0].max() + 1, 0))
     positions, values = np.empty((n, dims)), np.zeros((n, len(names)))
     charged, charge_row = np.zeros(len(names)), None
     length, warm_time, last_time = 0, 0.0, 0.0
     cost = np.array([k in COST_STATS for k in names])
-    for record in records:
-        row = int(record[0])
-        if row < 0:  # a discard: forget rows from start on, keep their evaluation counts
-            start = -row - 1
-            charged[cost] += record[2 + dims:][cost]
+    discards = np.flatnonzero(records[:, 0] < 0)
+    start_of = 0
+    for end in [*discards, len(records)]:  # appends between discards, vectorised
+        block = records[start_of:end]
+        if len(block):
+            rows = block[:, 0].astype(np.int64)
+            positions[rows], values[rows] = block[:, 2:2 + dims], block[:, 2 + dims:]
+            length, last_time = int(rows[-1]) + 1, float(block[-1, 1])
+            warm = np.flatnonzero(rows < warmup)
+            if len(warm):
+                warm_time = float(block[warm[-1], 1])
+        if end < len(records):  # forget rows from start on, keep their evaluation counts
+            start = -int(records[end, 0]) - 1
+            charged[cost] += records[end, 2 + dims:][cost]
             charge_row = start if charge_row is None else min(charge_row, start)
             values[start:length] = 0
             length = start
-            continue
-        positions[row], values[row] = record[2:2 + dims], record[2 + dims:]
-        length, last_time = row + 1, record[1]
-        if row < warmup:
-            warm_time = record[1]
+        start_of = end + 1
     if charge_row is not None and charge_row < length:
         values[charge_row] += charged
     return ChainResult(positions[:length].copy(),
