@@ -123,34 +123,31 @@ def report(rows: dict) -> str:
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "
              "side in one run on the shared 2-core machine.\n"]
     samplers = list(dict.fromkeys(s for row in rows.values() for s in row["median"]))
+
+    def section(title: str, cell, floatfmt: str = ".3g") -> None:
+        """One table: a row per model, ``cell(name, row)`` its columns."""
+        df = pd.DataFrame.from_dict({name: cell(name, row) for name, row in rows.items()},
+                                    orient="index")
+        df.index.name = "model"
+        if "seeds" in df:
+            df["seeds"] = df["seeds"].astype(str)
+        lines.extend([f"\n## {title}\n", to_markdown(df, floatfmt=floatfmt)])
+
+    def per_sampler(field: str):
+        return lambda name, row: {s: row["median"].get(s, {}).get(field, float("nan"))
+                                  for s in samplers}
+
     for title, key in (("per gradient (warmup included)", "per_grad"),
                        ("per second (warmup included)", "per_s")):
-        table = {name: {"dims": row["dims"], **{
-            s: row["median"][s][key] / row["best_nuts"][key] if s in row["median"]
-            else float("nan") for s in samplers}}
-            for name, row in rows.items()}
-        df = pd.DataFrame.from_dict(table, orient="index")
-        df.index.name = "model"
-        lines += [f"\n## Min ESS {title} ÷ best NUTS\n", to_markdown(df, floatfmt=".3g")]
-    table = {name: {s: row["median"].get(s, {}).get("max_rhat", float("nan"))
-                    for s in samplers}
-             for name, row in rows.items()}
-    df = pd.DataFrame.from_dict(table, orient="index")
-    df.index.name = "model"
-    lines += ["\n## Worst R-hat\n", to_markdown(df, floatfmt=".3g")]
-    table = {name: {s: row["median"].get(s, {}).get("warmup_share", float("nan"))
-                    for s in samplers}
-             for name, row in rows.items()}
-    df = pd.DataFrame.from_dict(table, orient="index")
-    df.index.name = "model"
-    lines += ["\n## Share of gradients spent in warmup\n", to_markdown(df, floatfmt=".2f")]
-    table = {name: {"dims": row["dims"], **row.get("settings", {}),
-                    "minutes": row.get("wall_seconds", float("nan")) / 60}
-             for name, row in rows.items()}
-    df = pd.DataFrame.from_dict(table, orient="index")
-    df["seeds"] = df["seeds"].astype(str)
-    df.index.name = "model"
-    lines += ["\n## Settings\n", to_markdown(df, floatfmt=".3g")]
+        section(f"Min ESS {title} ÷ best NUTS", lambda name, row, key=key: {
+            "dims": row["dims"], **{s: row["median"][s][key] / row["best_nuts"][key]
+                                    if s in row["median"] else float("nan")
+                                    for s in samplers}})
+    section("Worst R-hat", per_sampler("max_rhat"))
+    section("Share of gradients spent in warmup", per_sampler("warmup_share"), ".2f")
+    section("Settings", lambda name, row: {
+        "dims": row["dims"], **row.get("settings", {}),
+        "minutes": row.get("wall_seconds", float("nan")) / 60})
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 class DualAveraging:
     """Nesterov dual averaging of log ε; ``update(accept_stat)`` returns the next ε and
@@ -33,18 +35,14 @@ class DualAveraging:
         self.step_size = math.exp(x)
         return self.step_size
 
-    def state_array(self) -> "np.ndarray":
+    def state_array(self) -> np.ndarray:
         """``[mu, counter, s_bar, x_bar, log ε]``, the state the C++ warmup block
         (``ahmc_hmc_adapt_block``) advances."""
-        import numpy as np
-
         return np.array([self.mu, self.counter, self.s_bar, self.x_bar,
                          math.log(self.step_size)])
 
-    def params_array(self) -> "np.ndarray":
+    def params_array(self) -> np.ndarray:
         """``[target, gamma, t0, kappa]``."""
-        import numpy as np
-
         return np.array([self.target, self.gamma, self.t0, self.kappa], dtype=float)
 
     def load_state_array(self, state) -> None:
