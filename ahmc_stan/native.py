@@ -133,6 +133,15 @@ class NativeDensity:
                       ("divergent", np.intc), ("energy", float), ("lp", float),
                       ("n_grad", np.intc))
 
+    def _block_outputs(self, n_iter: int) -> dict[str, np.ndarray]:
+        """The per-iteration arrays an HMC block fills (:meth:`hmc_block`)."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
+               for k, dtype in self._BLOCK_OUTPUTS}
+        out["n_steps"] = np.empty(n_iter, np.intc)
+        return out
+
     def hmc_block(self, step_size: float, max_steps: int, jitter: bool,
                   inv_metric: np.ndarray | None, seed: int, n_iter: int,
                   max_energy_error: float, x: np.ndarray, grad: np.ndarray, lp: float
@@ -143,11 +152,7 @@ class NativeDensity:
         normals).  Updates ``x`` and ``grad`` in place; returns (log density of the final
         state, per-iteration arrays ``draws``, ``accept_prob``, ``accepted``,
         ``divergent``, ``energy``, ``lp``, ``n_grad``, ``n_steps``)."""
-        if not self.native:
-            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
-        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
-               for k, dtype in self._BLOCK_OUTPUTS}
-        out["n_steps"] = np.empty(n_iter, np.intc)
+        out = self._block_outputs(n_iter)
         self._lp.value = lp
         if self._hmc_block(
                 self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)),
@@ -171,11 +176,7 @@ class NativeDensity:
         Returns (log density of the final state, the
         per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
         ``step_size`` and, with ``want_grads``, ``grads``)."""
-        if not self.native:
-            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
-        out = {k: np.empty((n_iter, self.dims) if k == "draws" else n_iter, dtype)
-               for k, dtype in self._BLOCK_OUTPUTS}
-        out["n_steps"] = np.empty(n_iter, np.intc)
+        out = self._block_outputs(n_iter)
         out["step_size"] = np.empty(n_iter)
         grads = np.empty((n_iter, self.dims)) if want_grads else None
         n_done = ctypes.c_int()

@@ -139,3 +139,24 @@ def test_low_rank_metric_in_the_c_layer(mvn_model):
         # the sd of a sample covariance entry is sqrt((M_ii M_jj + M_ij²) / n)
         tol = 5 * np.sqrt((np.outer(np.diag(m), np.diag(m)) + m**2) / len(p))
         assert np.all(np.abs(cov - m) < tol), (cov, m)
+
+
+def test_paths_stay_short_while_the_metric_settles():
+    """With a metric from gradients the scale phase caps the leapfrog steps at 10 until
+    the first estimate and doubles the cap with each estimate (windows of 10, 20, 40, ...
+    iterations).  On a regression with an uncentred predictor the first estimates leave ε
+    small, and without the cap 2/ε-step paths (up to 1000) would take most of warmup."""
+    from ahmc_stan import StanModel, datasets
+
+    from .conftest import stan_model_path
+
+    model = StanModel(stan_model_path("linear_regression"),
+                      datasets.uncentred_regression_data("nhtemp"))
+    fit = tune_and_sample(model, chains=1, warmup=600, draws=10, seed=1,
+                          metric="low_rank", progress=False, diagnose=False)
+    bound = fit.warmup_sampler_stats["num_steps_max"][0]
+    windows = adaptation_windows(300, init_buffer=EARLY_BUFFER, base_window=EARLY_BUFFER)
+    assert [end for _, end in windows[:3]] == [20, 40, 80]
+    assert bound[:20].max() == EARLY_BUFFER  # the cap binds
+    for i, (start, end) in enumerate(windows[1:]):
+        assert bound[start:end].max() <= EARLY_BUFFER * 2 ** (i + 1), (start, end)

@@ -123,12 +123,12 @@ def test_stream_records_a_discarded_warmup(tmp_path):
     path = tmp_path / "chain.stream"
     with streaming(path):
         rec = ChainRecorder(3, 100, ["n_hvp"])
-    rec.add(rng.normal(size=(10, 3)), n_grad=7, n_hvp=2, accept_stat=0.5, divergent=0)
-    rec.discard(4)  # 6 rows of 7 gradients, 2 HVPs
-    rec.add(rng.normal(size=(30, 3)), n_grad=3, n_hvp=1, accept_stat=0.9, divergent=0)
-    rec.discard(20)
-    rec.add(rng.normal(size=(12, 3)), n_grad=1, n_hvp=0, accept_stat=0.7, divergent=0)
-    want = rec.result(25, time.perf_counter(), {})
+        rec.add(rng.normal(size=(10, 3)), n_grad=7, n_hvp=2, accept_stat=0.5, divergent=0)
+        rec.discard(4)  # 6 rows of 7 gradients, 2 HVPs
+        rec.add(rng.normal(size=(30, 3)), n_grad=3, n_hvp=1, accept_stat=0.9, divergent=0)
+        rec.discard(20)
+        rec.add(rng.normal(size=(12, 3)), n_grad=1, n_hvp=0, accept_stat=0.7, divergent=0)
+        want = rec.result(25, time.perf_counter(), {})
     got = read_stream(path, 25)
     np.testing.assert_array_equal(got.positions, want.positions)
     assert got.stats.keys() == want.stats.keys()
@@ -139,6 +139,17 @@ def test_stream_records_a_discarded_warmup(tmp_path):
     with open(path, "ab") as f:
         f.write(b"\0" * 13)
     np.testing.assert_array_equal(read_stream(path, 25).positions, want.positions)
+
+
+def test_stream_is_closed_when_the_chain_raises(tmp_path):
+    """A chain that raises leaves its stream closed and readable up to its last block."""
+    with pytest.raises(RuntimeError), streaming(tmp_path / "chain.stream"):
+        rec = ChainRecorder(2, 10, [])
+        rec.add(np.ones((3, 2)), n_grad=1, accept_stat=1.0, divergent=0)
+        raise RuntimeError("the chain failed")
+    assert rec._stream.file.closed
+    np.testing.assert_array_equal(read_stream(tmp_path / "chain.stream", 5).positions,
+                                  np.ones((3, 2)))
 
 
 def test_load_output_errors(tmp_path):

@@ -180,7 +180,11 @@ def wall_moments(a=150.0):
     return 0.0, np.sqrt(second / mass)
 
 
-@pytest.mark.parametrize("sampler, options", [("ahmc", {}), ("hmc", {"num_steps": 10})])
+@pytest.mark.parametrize("sampler, options", [
+    ("ahmc", {}), ("hmc", {"num_steps": 10}),
+    # metrics from gradients: a window spent on the wall, where the gradients are huge,
+    # must not freeze the direction (tuning.windows.AGREEMENT)
+    ("ahmc", {"metric": "low_rank"}), ("ahmc", {"metric": "fisher"})])
 def test_steep_wall_start_recovers(wall, sampler, options):
     start = {"x": [1.9, -1.9]}
     stuck = quiet_sample(wall, sampler, chains=1, warmup=300, draws=300, seed=3, init=start,

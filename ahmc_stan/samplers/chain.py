@@ -157,17 +157,22 @@ def thin_result(result: ChainResult, warmup: int, thin: int) -> ChainResult:
 # evaluation counts.  A torn last record (a killed process) is ignored on reading.
 
 _STREAM_PATH: Path | None = None
+_OPEN_STREAMS: list[_Stream] = []
 
 
 @contextlib.contextmanager
 def streaming(path: str | os.PathLike | None):
-    """Within the block, the first :class:`ChainRecorder` created streams to ``path``."""
+    """Within the block, the first :class:`ChainRecorder` created streams to ``path``;
+    the file is closed when the block ends, also when the chain raised."""
     global _STREAM_PATH
     previous, _STREAM_PATH = _STREAM_PATH, None if path is None else Path(path)
+    opened = len(_OPEN_STREAMS)
     try:
         yield
     finally:
         _STREAM_PATH = previous
+        while len(_OPEN_STREAMS) > opened:
+            _OPEN_STREAMS.pop().file.close()
 
 
 class _Stream:
@@ -203,7 +208,10 @@ class _Stream:
 def _claim_stream(dims: int, stat_names: list[str]) -> _Stream | None:
     global _STREAM_PATH
     path, _STREAM_PATH = _STREAM_PATH, None
-    return None if path is None else _Stream(path, dims, stat_names)
+    if path is None:
+        return None
+    _OPEN_STREAMS.append(_Stream(path, dims, stat_names))
+    return _OPEN_STREAMS[-1]
 
 
 def read_stream(path: str | os.PathLike, warmup: int) -> ChainResult:

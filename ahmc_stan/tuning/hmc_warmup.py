@@ -17,7 +17,8 @@ corrected in the directions the draws and gradients single out
 (:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array, a fixed inverse
 metric of which only ε is adapted.  The gradient-based metrics need few draws, so they are
 estimated early and often (windows starting at :data:`EARLY_BUFFER` iterations) and the
-paths stay short (at most :data:`EARLY_BUFFER` steps) until the first estimate.
+paths stay short (at most :data:`EARLY_BUFFER` steps before the first estimate, a cap
+doubled with each estimate).
 """
 
 from __future__ import annotations
@@ -146,8 +147,9 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     else:
         windows = dict(adaptation_windows(n_iter))
     window_start = {end: start for start, end in windows.items()}
-    # before the first estimate from gradients, short paths: the draws need only span the
-    # space, not be independent, and a badly scaled start makes ε tiny and 2/ε steps long
+    # with gradients, short paths, doubled with each estimate: the draws need only span the
+    # space, not be independent, and until the metric has settled a badly scaled start
+    # makes ε tiny and 2/ε steps long
     cap = EARLY_BUFFER if from_gradients and windows else max_num_steps
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
@@ -182,7 +184,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             if from_gradients:
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
                 inv_metric = estimate(window, np.concatenate(grads)[start:it])
-                cap = max_num_steps
+                cap = min(2 * cap, max_num_steps)
             else:
                 inv_metric = regularized_inv_metric(window, dense=metric == "dense")
             averager.restart(initial_step_size(log_accept, averager.final))

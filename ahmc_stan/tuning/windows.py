@@ -47,6 +47,14 @@ def regularized_inv_metric(draws: np.ndarray, dense: bool) -> np.ndarray:
     return shrink * np.var(draws, axis=0, ddof=1) + ridge
 
 
+#: How far below the draws' variance a gradient-based estimate may go (both agree for any
+#: Gaussian): gradients that are heavy-tailed in a window, as on a steep wall, would
+#: otherwise shrink a direction's scale by many orders and freeze it.  There is no bound
+#: above: the draws of an early window are autocorrelated, their variance too small, and
+#: the gradients' estimate right.
+AGREEMENT = 10.0
+
+
 def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     """The diagonal inverse metric that minimises the Fisher divergence between the
     target and the Gaussian the metric implies, estimated from the window's draws and
@@ -61,6 +69,7 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = np.where((sd_x > 0) & (sd_g > 0) & np.isfinite(sd_g), sd_x / sd_g,
                             sd_x ** 2)
+    estimate = np.maximum(estimate, sd_x ** 2 / AGREEMENT)
     return shrink * estimate + ridge
 
 
@@ -73,7 +82,9 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     ``Cov(x)`` and ``Cov(∇)⁻¹``; exact, ``S = Σ``, for any Gaussian once the draws span
     the space), is computed in the span of the scaled draws and gradients; its
     eigendirections with eigenvalue above ``cutoff`` or below ``1/cutoff`` correct the
-    diagonal, the others keep it.  ``gamma`` regularises both covariances.  Returns the
+    diagonal, the others keep it.  ``gamma`` regularises both covariances, and no
+    eigenvalue falls more than a factor :data:`AGREEMENT` below the draws' variance in
+    its direction, as on the diagonal.  Returns the
     :class:`~ahmc_stan.metric.LowRankInvMetric` ``D^½ (I + V(Λ − I)Vᵀ) D^½``, or the
     vector ``D`` when no direction needs correcting."""
     n = len(draws)
@@ -93,6 +104,8 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     w2, u2 = np.linalg.eigh(b_half @ cov_x @ b_half)
     middle = (u2 * np.sqrt(np.clip(w2, 0, None))) @ u2.T
     lam, vecs = np.linalg.eigh(b_inv_half @ middle @ b_inv_half)
+    var_x = np.einsum("ij,ik,kj->j", vecs, cov_x, vecs)
+    lam = np.maximum(lam, var_x / AGREEMENT)
     keep = (lam > cutoff) | (lam < 1.0 / cutoff)
     if not keep.any():  # nothing to correct: the diagonal, kept diagonal (cheaper steps)
         return diag
