@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ahmc_stan import tune_and_sample
-from ahmc_stan.tuning.hmc_warmup import EARLY_BUFFER
+from ahmc_stan.tuning.hmc_warmup import EARLY_MAX_STEPS
 from ahmc_stan.tuning.windows import adaptation_windows, fisher_inv_metric
 
 from .conftest import SDS_100
@@ -37,8 +37,7 @@ def test_ahmc_fisher_on_an_ill_scaled_diagonal_gaussian(gauss100):
     (up to Stan's regularisation) and the moments are right within MCSE."""
     fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=1500, seed=4,
                           metric="fisher", progress=False)
-    n_last = np.diff(adaptation_windows(500, init_buffer=EARLY_BUFFER,
-                                        base_window=EARLY_BUFFER)[-1])[0]
+    n_last = np.diff(adaptation_windows(500)[-1])[0]
     for inv_metric in fit.inv_metric:
         np.testing.assert_allclose(unregularized(inv_metric, n_last), SDS_100**2,
                                    rtol=1e-8)
@@ -141,22 +140,21 @@ def test_low_rank_metric_in_the_c_layer(mvn_model):
         assert np.all(np.abs(cov - m) < tol), (cov, m)
 
 
-def test_paths_stay_short_while_the_metric_settles():
-    """With a metric from gradients the scale phase caps the leapfrog steps at 10 until
-    the first estimate and doubles the cap with each estimate (windows of 10, 20, 40, ...
-    iterations).  On a regression with an uncentred predictor the first estimates leave ε
-    small, and without the cap 2/ε-step paths (up to 1000) would take most of warmup."""
+def test_paths_start_short_with_a_metric_from_gradients():
+    """With a metric from gradients the scale phase caps the leapfrog steps at 10 and
+    doubles the cap every 25 iterations.  On a regression with an uncentred predictor ε
+    stays small until the metric is estimated, and 2/ε-step paths (up to 1000) would take
+    most of warmup."""
     from ahmc_stan import StanModel, datasets
+    from ahmc_stan.tuning.hmc_warmup import REPORT_EVERY
 
     from .conftest import stan_model_path
 
     model = StanModel(stan_model_path("linear_regression"),
                       datasets.uncentred_regression_data("nhtemp"))
-    fit = tune_and_sample(model, chains=1, warmup=600, draws=10, seed=1,
+    fit = tune_and_sample(model, chains=1, warmup=1000, draws=10, seed=1,
                           metric="low_rank", progress=False, diagnose=False)
-    bound = fit.warmup_sampler_stats["num_steps_max"][0]
-    windows = adaptation_windows(300, init_buffer=EARLY_BUFFER, base_window=EARLY_BUFFER)
-    assert [end for _, end in windows[:3]] == [20, 40, 80]
-    assert bound[:20].max() == EARLY_BUFFER  # the cap binds
-    for i, (start, end) in enumerate(windows[1:]):
-        assert bound[start:end].max() <= EARLY_BUFFER * 2 ** (i + 1), (start, end)
+    bound = fit.warmup_sampler_stats["num_steps_max"][0][:500]
+    cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // REPORT_EVERY)
+    assert (bound <= cap).all()
+    assert (bound[:100] == cap[:100]).all()  # the cap binds until the first estimate

@@ -99,13 +99,13 @@ def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
 
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-              progress: Callable[[int], None], *, metric: str = "diag", box=None,
+              progress: Callable[[int], None], *, metric: str = "low_rank", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
               detect_stuck: bool = True, adapt_delta: float = 0.8, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
-    ``metric`` (default ``"diag"``; ``"low_rank"``, ``"fisher"``, ``"dense"``,
+    ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
     ``"identity"`` or a fixed array): the scale phase's inverse metric
     (:mod:`ahmc_stan.tuning.hmc_warmup`); ``comparisons/nuts_peers.py`` measures them.
 
@@ -134,7 +134,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
                     draws: int, progress: Callable[[int], None], make_blocks: Callable,
-                    stat_names=HMC_STATS, *, metric: str = "diag", box=None,
+                    stat_names=HMC_STATS, *, metric: str = "low_rank", box=None,
                     scale_fraction: float | None = None, max_num_steps: int = 1000,
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,

@@ -15,10 +15,12 @@ window's draws; ``"fisher"``, the diagonal from draws and gradients
 (:func:`~ahmc_stan.tuning.windows.fisher_inv_metric`); ``"low_rank"``, that diagonal
 corrected in the directions the draws and gradients single out
 (:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array, a fixed inverse
-metric of which only ε is adapted.  The gradient-based metrics need few draws, so they are
-estimated early and often (windows starting at :data:`EARLY_BUFFER` iterations) and the
-paths stay short (at most :data:`EARLY_BUFFER` steps before the first estimate, a cap
-doubled with each estimate).
+metric of which only ε is adapted.  All metrics are estimated in Stan's windows (a
+75-iteration buffer lets a chain started far out reach the typical set first; earlier
+windows let a chain that is slow there bake its slowness into the metric).  With the
+gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
+doubled every :data:`REPORT_EVERY` iterations): their draws need only span the space, not
+be independent.
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
                       regularized_inv_metric)
 
 __all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "AdaptedSteps", "METRICS",
-           "EARLY_BUFFER"]
+           "EARLY_MAX_STEPS"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
-#: Gradient-based metrics: initial buffer and first window of the warmup, and the cap on
-#: leapfrog steps before the first estimate.
-EARLY_BUFFER = 10
+#: Gradient-based metrics: the cap on leapfrog steps in the first iterations of warmup
+#: (doubled every REPORT_EVERY iterations).
+EARLY_MAX_STEPS = 10
 
 #: Iterations between progress reports (and so the longest call into the kernel).
 REPORT_EVERY = 25
@@ -139,18 +141,14 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     inv_metric = metric if fixed else None if metric == "identity" else (
         np.eye(dims) if metric == "dense" else np.ones(dims))
     from_gradients = not fixed and metric in ("fisher", "low_rank")
-    if inv_metric is None or fixed:
-        windows = {}
-    elif from_gradients:
-        windows = dict(adaptation_windows(n_iter, init_buffer=EARLY_BUFFER,
-                                          base_window=EARLY_BUFFER))
-    else:
-        windows = dict(adaptation_windows(n_iter))
+    windows = {} if inv_metric is None or fixed else dict(adaptation_windows(n_iter))
     window_start = {end: start for start, end in windows.items()}
-    # with gradients, short paths, doubled with each estimate: the draws need only span the
-    # space, not be independent, and until the metric has settled a badly scaled start
-    # makes ε tiny and 2/ε steps long
-    cap = EARLY_BUFFER if from_gradients and windows else max_num_steps
+    # with gradients, short paths at first: until the metric has settled a badly scaled
+    # start makes ε tiny and 2/ε steps long
+    def cap(it):  # doubled every REPORT_EVERY iterations
+        if not (from_gradients and windows):
+            return max_num_steps
+        return min(max_num_steps, EARLY_MAX_STEPS * 2 ** min(it // REPORT_EVERY, 30))
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
         from ..hmc import HMCParameters
@@ -169,7 +167,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                     *[end for end in window_start if end > it]])
         floor = 0.0 if detector is None else detector.floor
         state, steps = adapt_steps(kernel, rng, state, inv_metric, stop - it, averager,
-                                   path_length, cap, floor, from_gradients)
+                                   path_length, cap(it), floor, from_gradients)
         record(steps)
         positions.append(steps.info.positions)
         if from_gradients:
@@ -184,7 +182,6 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             if from_gradients:
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
                 inv_metric = estimate(window, np.concatenate(grads)[start:it])
-                cap = min(2 * cap, max_num_steps)
             else:
                 inv_metric = regularized_inv_metric(window, dense=metric == "dense")
             averager.restart(initial_step_size(log_accept, averager.final))
