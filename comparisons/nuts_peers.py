@@ -8,8 +8,9 @@ Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-
 51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP) and two real
 regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
 on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
-AHMC with each metric (``diag``: Stan's windows; ``fisher``: draws and gradients), CmdStan
-NUTS, nutpie, nutpie low-rank; same chains, iterations and seeds.  For each model and
+AHMC with each metric (``low_rank``, the default, and ``fisher``: from draws and
+gradients; ``diag``: Stan's, from draws), CmdStan NUTS, nutpie, nutpie low-rank; same
+chains, iterations and seeds.  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat.
 Writes ``comparisons/results/nuts_peers.md`` and ``.json``.
@@ -143,7 +144,7 @@ def report(rows: dict) -> str:
             "dims": row["dims"], **{s: row["median"][s][key] / row["best_nuts"][key]
                                     if s in row["median"] else float("nan")
                                     for s in samplers}})
-    section("Worst R-hat", per_sampler("max_rhat"))
+    section("Worst R-hat", per_sampler("max_rhat"), ".3f")
     section("Share of gradients spent in warmup", per_sampler("warmup_share"), ".2f")
     section("Settings", lambda name, row: {
         "dims": row["dims"], **row.get("settings", {}),
