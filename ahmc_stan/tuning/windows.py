@@ -60,8 +60,9 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     target and the Gaussian the metric implies, estimated from the window's draws and
     the gradients of the log density there: ``M⁻¹_i = sd(x_i) / sd(∇_i log p)``, exact
     (the variance) for every Gaussian with diagonal covariance whatever the number of
-    draws.  Regularised as :func:`regularized_inv_metric`; a coordinate whose draws or
-    gradients do not vary keeps the Stan estimate."""
+    draws.  Never more than :data:`AGREEMENT` times below the draws' variance;
+    regularised as :func:`regularized_inv_metric`; a coordinate whose draws or gradients
+    do not vary keeps the Stan estimate."""
     n = len(draws)
     shrink, ridge = n / (n + 5.0), 1e-3 * 5.0 / (n + 5.0)
     sd_x = np.std(draws, axis=0, ddof=1)
