@@ -45,7 +45,7 @@ def main(argv=None) -> None:
         model = ahmc_stan.StanModel(ROOT / "stan_models" / f"{stan}.stan", data())
         start = time.perf_counter()
         fits = {
-            "ahmc (default: diag metric, derived box)": ahmc_stan.tune_and_sample(
+            "ahmc (default: low_rank metric, derived box)": ahmc_stan.tune_and_sample(
                 model, progress=False, **run),
             "ahmc (paper: identity, fixed box)": ahmc_stan.tune_and_sample(
                 model, progress=False, metric="identity", box=paper_box, **run),

@@ -118,7 +118,7 @@ def report(rows: dict) -> str:
 
     lines = ["# AHMC against the best NUTS\n",
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
-             "--draws D` (4 chains; each model's settings in the last table). Min bulk ESS "
+             "--draws D` (each model's chains, iterations and seeds in the last table). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "
