@@ -38,6 +38,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _int, _int, _double, _int, _ptr,
                                     ctypes.c_uint64, _double, _double, *[_ptr] * 16]),
     "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
+    "ahmc_mh_block": (_int, [_ptr, _int, _int, _int, _int, _int, _int, ctypes.c_uint64,
+                             *[_ptr] * 11]),
     "ahmc_hessian_autodiff": (_int, []),
     "ahmc_third_order_available": (_int, []),
     "ahmc_log_density_hessian": (_int, [_ptr] * 5),
@@ -197,6 +199,36 @@ class NativeDensity:
         if grads is not None:
             out["grads"] = grads[:n]
         return self._lp.value, out
+
+    #: Columns of the statistics of :meth:`mh_block`, in ``ahmc_mh_block``'s order.
+    MH_STATS = ("accept_stat", "accepted", "n_grad", "n_density", "n_hvp", "lp", "step_size",
+                "beta")
+
+    def mh_block(self, n_rows: int, steps_per_draw: int, block, seed: int, x: np.ndarray,
+                 grad: np.ndarray, lp: float, want_noise: bool = False
+                 ) -> tuple[float, np.ndarray, dict, np.ndarray | None]:
+        """``n_rows`` rows of ``steps_per_draw`` Metropolis–Hastings iterations in one C++
+        call (``ahmc_mh_block``), the proposal and its adaptation described by ``block``
+        (a :class:`~ahmc_stan.samplers.metropolis.NativeBlock`, whose arrays are updated
+        in place); the noise and uniforms drawn in C++ from ``seed``.  Updates ``x`` and
+        ``grad`` in place; returns (log density of the final state, rows, the
+        per-row statistics :data:`MH_STATS`, and with ``want_noise`` each iteration's
+        normals and log u)."""
+        if not self.native:
+            raise RuntimeError("ahmc_mh_block needs a library built by ahmc-stan")
+        draws = np.empty((n_rows, self.dims))
+        stats = np.empty((n_rows, len(self.MH_STATS)))
+        n_noise = (2 if block.am else 1) * self.dims
+        noise = (np.empty((n_rows * steps_per_draw, n_noise + 1)) if want_noise else None)
+        ptr = lambda a: None if a is None else a.ctypes.data
+        self._lp.value = lp
+        self.entry("ahmc_mh_block")(
+            self._handle, n_rows, steps_per_draw, block.adapt, int(block.langevin),
+            int(block.exact), int(block.am), seed, ptr(block.params), ptr(block.state),
+            ptr(block.chol), ptr(block.sq_grad), ptr(block.mean), x.ctypes.data,
+            grad.ctypes.data, self._lp_ptr, draws.ctypes.data, stats.ctypes.data,
+            ptr(noise))
+        return self._lp.value, draws, dict(zip(self.MH_STATS, stats.T)), noise
 
     def draw_momenta(self, inv_metric: np.ndarray | None, seed: int, n: int) -> np.ndarray:
         """``n`` momenta from N(0, M) drawn exactly as :meth:`hmc_block` draws them

@@ -918,6 +918,324 @@ int ahmc_draw_momenta(int metric, const double* inv_metric, int dims, uint64_t s
 }  // extern "C"
 
 // ---------------------------------------------------------------------------------------
+// Metropolis-Hastings blocks for the samplers of ahmc_stan/samplers/metropolis.py (rwm,
+// mala, am, gadrwm, gadmala, gadmala_exact; Titsias & Dellaportas 2019), whole blocks of
+// iterations with their warmup adaptation in one call.  The Python implementation of one
+// iteration (metropolis.mh_iteration and the proposals' `adapt`) is the reference these
+// follow step by step; tests compare the two for a fixed noise.
+
+namespace {
+
+using lower_matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Log density (Jacobian included, constants dropped) without gradient; -inf where the
+// model throws or it is not finite.
+double log_density_only(const bs_model* m, const vector_d& x) {
+  try {
+    ensure_ad_tape();
+    stan::math::nested_rev_autodiff nested;
+    vector_t<var> xv = x.cast<var>();
+    const double lp = log_prob(*m->model, true, true, xv, print_stream).val();
+    return std::isfinite(lp) ? lp : -std::numeric_limits<double>::infinity();
+  } catch (...) {
+    return -std::numeric_limits<double>::infinity();
+  }
+}
+
+// One chain of MH iterations with a Gaussian proposal of Cholesky factor L (a scalar
+// sigma, or lower triangular), random walk or Langevin (metropolis.propose), and the
+// warmup adaptation `adapt`: 0 none, 1 dual averaging of log sigma (rwm, mala; state
+// {mu, counter, s_bar, x_bar, log sigma, sigma}, params as dual_averaging's), 2
+// Algorithm 1 of Titsias & Dellaportas (gad.GadProposal: RMSProp on L, the beta update),
+// 3 adaptive Metropolis (baselines.AdaptiveMetropolis: running mean, rank-one Cholesky
+// updates, dual-averaged global scale).  `am` selects AM's proposal
+// y = x + lambda sqrt(s_d) (L eps1 + sqrt(delta) eps2), lambda = state[1], with 2n normals.
+class mh_chain {
+ public:
+  enum { NONE = 0, SCALE = 1, GAD = 2, AM = 3 };
+
+  mh_chain(const bs_model* m, int adapt, bool langevin, bool exact, bool am, bool dense,
+           const double* params, double* state, double* chol, double* sq_grad,
+           double* mean, const double* x, const double* grad, double lp)
+      : m_(m), n_(m->param_unc_num), adapt_(adapt), langevin_(langevin), exact_(exact),
+        am_(am), dense_(dense), params_(params), state_(state), chol_(chol, dense ? n_ : 0, n_),
+        sq_grad_(sq_grad, sq_grad ? n_ : 0, n_), mean_(mean), x_(Eigen::Map<const vector_d>(x, n_)),
+        gx_(Eigen::Map<const vector_d>(grad, n_)), lp_(lp),
+        eps_(am ? 2 * n_ : n_), y_(n_), gy_(n_), a_(n_), ux_(n_), uy_(n_),
+        tmp_(n_), c_(n_), hv_(n_), row_grad_(n_) {}
+
+  int noise_dims() const { return static_cast<int>(eps_.size()); }
+
+  // The scale sigma (adapt 0/1) or the AM scale lambda; nan for a dense L.
+  double step_size() const {
+    if (am_) return state_[1];
+    return dense_ ? std::numeric_limits<double>::quiet_NaN() : state_[5];
+  }
+  double beta() const { return adapt_ == GAD ? state_[0] : std::numeric_limits<double>::quiet_NaN(); }
+
+  // One iteration from the noise (eps, log_u); `adapting` runs the adaptation.  Adds its
+  // evaluations to the counts and returns min(1, ratio) in *prob and acceptance.
+  bool step(bool adapting, double log_u, double* prob, double* n_grad, double* n_density,
+            double* n_hvp) {
+    propose();
+    const bool need_grad = langevin_ || (adapting && adapt_ == GAD);
+    double lp_y;
+    if (need_grad) {
+      if (ahmc_log_density_gradient(m_, true, true, y_.data(), &lp_y, gy_.data())) {
+        lp_y = -std::numeric_limits<double>::infinity();
+      }
+      *n_grad += 1;
+    } else {
+      lp_y = log_density_only(m_, y_);
+      *n_density += 1;
+    }
+    double log_ratio = lp_y - lp_;
+    if (std::isfinite(lp_y) && langevin_) {  // log q(x|y) - log q(y|x), section 2.3
+      auto e = eps_.head(n_);  // r = eps + L'(g_x + g_y)/2, L'g_x from propose()
+      times_lt(gy_, uy_);
+      c_ = e + 0.5 * (ux_ + uy_);
+      log_ratio += 0.5 * (e.squaredNorm() - c_.squaredNorm());
+    }
+    *prob = std::isnan(log_ratio) ? 0.0 : log_ratio >= 0 ? 1.0 : std::exp(log_ratio);
+    const bool accepted = log_u < log_ratio;
+    if (adapting) {
+      if (adapt_ == SCALE) {
+        dual_averaging(state_, *prob);
+        state_[5] = std::exp(state_[4]);
+      } else if (adapt_ == GAD) {
+        gad_adapt(lp_y, log_ratio, accepted, n_hvp);
+      } else if (adapt_ == AM) {
+        am_adapt(accepted ? y_ : x_, *prob);
+      }
+    }
+    if (accepted) {
+      x_.swap(y_);
+      lp_ = lp_y;
+      if (langevin_) {
+        gx_.swap(gy_);
+        ux_.swap(uy_);
+      }
+    }
+    // L'g_x carries over to the next iteration while L is fixed
+    ux_current_ = langevin_ && adapt_ == NONE;
+    return accepted;
+  }
+
+  vector_d& eps() { return eps_; }
+  const vector_d& x() const { return x_; }
+  double lp() const { return lp_; }
+  void write_state(double* x, double* grad, double* lp) const {
+    std::copy(x_.data(), x_.data() + n_, x);
+    std::copy(gx_.data(), gx_.data() + n_, grad);
+    *lp = lp_;
+  }
+
+ private:
+  // out = L v, out = L' v (L = sigma I, lower triangular, or AM's lambda sqrt(s_d) L).
+  void times_l(const Eigen::Ref<const vector_d>& v, vector_d& out) const {
+    if (dense_) out.noalias() = chol_.triangularView<Eigen::Lower>() * v;
+    else out = state_[5] * v;
+  }
+  void times_lt(const Eigen::Ref<const vector_d>& v, vector_d& out) const {
+    if (dense_) out.noalias() = chol_.triangularView<Eigen::Lower>().transpose() * v;
+    else out = state_[5] * v;
+  }
+
+  // metropolis.propose, and AM's y = x + lambda sqrt(s_d) (L eps1 + sqrt(delta) eps2).
+  void propose() {
+    const auto e = eps_.head(n_);
+    if (am_) {
+      const double lam = state_[1], s_d = params_[4], delta = params_[3];
+      tmp_.noalias() = chol_.triangularView<Eigen::Lower>() * e;
+      y_ = x_ + lam * std::sqrt(s_d) * (tmp_ + std::sqrt(delta) * eps_.tail(n_));
+      return;
+    }
+    if (langevin_) {  // y = x + L(L' g / 2 + eps)
+      if (!ux_current_) times_lt(gx_, ux_);
+      a_ = e + 0.5 * ux_;
+      times_l(a_, tmp_);
+    } else {
+      times_l(e, tmp_);
+    }
+    y_ = x_ + tmp_;
+  }
+
+  // tuning/step_size.DualAveraging.update on s = {mu, counter, s_bar, x_bar, log eps}
+  // with params {target, gamma, t0, kappa} at params_ + offset.
+  void dual_averaging(double* s, double accept_stat, int offset = 0) const {
+    const double target = params_[offset], gamma = params_[offset + 1],
+                 t0 = params_[offset + 2], kappa = params_[offset + 3];
+    accept_stat = std::isfinite(accept_stat) ? std::min(1.0, accept_stat) : 0.0;
+    s[1] += 1;
+    const double eta = 1.0 / (s[1] + t0);
+    s[2] = (1 - eta) * s[2] + eta * (target - accept_stat);
+    s[4] = s[0] - s[2] * std::sqrt(s[1]) / gamma;
+    const double x_eta = std::pow(s[1], -kappa);
+    s[3] = (1 - x_eta) * s[3] + x_eta * s[4];
+  }
+
+  // gad.GadProposal.adapt: params {alpha*, eta, rho_beta, min_diag_ratio, min_beta},
+  // state {beta}.  The gradient of F (gad.objective_gradient), lower triangle only, then
+  // the RMSProp step with the diagonal guard, then the beta update.
+  void gad_adapt(double lp_y, double log_ratio, bool accepted, double* n_hvp) {
+    double& beta = state_[0];
+    const double alpha = params_[0], rate = params_[1], rho = params_[2],
+                 min_ratio = params_[3], min_beta = params_[4];
+    if (std::isfinite(lp_y)) {
+      const auto e = eps_.head(n_);
+      bool ok = true;
+      // grad = outer(u, w) on the lower triangle (+ outer(c, a) + outer(g_x, v) / 2)
+      vector_d& u = tmp_;
+      vector_d& w = a_;  // a_ holds eps + L'g_x/2 for Langevin; reused below
+      bool extra = false;
+      if (log_ratio < 0) {
+        if (!langevin_) {
+          u = gy_;
+          w = e;
+        } else {  // u_x = L'g_x, u_y = L'g_y from step()
+          if (exact_) {  // c = -H(L(a + u_y/2))/2, a = eps + u_x/2
+            vector_d a = e + 0.5 * ux_;
+            vector_d v;
+            times_l(a + 0.5 * uy_, v);
+            double lp_h;
+            *n_hvp += 1;
+            try {
+              ensure_ad_tape();
+              model_hessian_times_vector(*m_->model, true, true, y_, v, lp_h, hv_);
+              ok = hv_.allFinite();
+            } catch (...) {
+              ok = false;
+            }
+            if (ok) {
+              c_ = -0.5 * hv_;
+              times_lt(c_, hv_);  // hv_ <- L'c
+              w_exact_a_ = a;
+              extra = true;
+            }
+          }
+          u = 0.5 * (gy_ - gx_);
+          w = e + 0.5 * (ux_ - uy_);
+        }
+      }
+      if (ok) {  // row by row: g, then G and L, in Eigen's vectorised array operations
+        const bool outer = log_ratio < 0;
+        for (int i = 0; i < n_; ++i) {
+          const int len = i + 1;
+          Eigen::Map<Eigen::ArrayXd> l_row(chol_.data() + static_cast<size_t>(i) * n_, len),
+              g_row(sq_grad_.data() + static_cast<size_t>(i) * n_, len);
+          auto g = row_grad_.head(len);
+          const double diag = l_row[i];
+          if (outer) g = u[i] * w.head(len).array();
+          else g.setZero();
+          if (extra) {
+            g += c_[i] * w_exact_a_.head(len).array() + (0.5 * gx_[i]) * hv_.head(len).array();
+          }
+          g[i] += beta / diag;
+          g_row = 0.9 * g_row + 0.1 * g.square();
+          l_row += g / (g_row.sqrt() + 1.0) * rate;
+          l_row[i] = std::max(l_row[i], min_ratio * diag);
+        }
+      }
+    }
+    beta = std::max(min_beta, beta * (1 + rho * ((accepted ? 1.0 : 0.0) - alpha)));
+  }
+
+  // baselines.AdaptiveMetropolis.adapt: params {gamma0, decay, mean_rate, delta, s_d,
+  // adapt_scale, target, gamma, t0, kappa}, state {t, lambda, mu, counter, s_bar, x_bar,
+  // log lambda}.
+  void am_adapt(const vector_d& x_new, double prob) {
+    double& t = state_[0];
+    if (t == 0) std::copy(x_new.data(), x_new.data() + n_, mean_);
+    t += 1;
+    const double gamma = params_[0] / (1 + t / params_[1]);
+    Eigen::Map<vector_d> mean(mean_, n_);
+    tmp_ = x_new - mean;
+    mean += params_[2] * tmp_;
+    // L' L'^T = LL^T + vv^T with v = sqrt(gamma / (1 - gamma)) d, then L' sqrt(1 - gamma)
+    tmp_ *= std::sqrt(gamma / (1 - gamma));
+    for (int k = 0; k < n_; ++k) {
+      const double lkk = chol_(k, k), r = std::hypot(lkk, tmp_[k]);
+      const double c = r / lkk, s = tmp_[k] / lkk;
+      chol_(k, k) = r;
+      for (int i = k + 1; i < n_; ++i) {
+        chol_(i, k) = (chol_(i, k) + s * tmp_[i]) / c;
+        tmp_[i] = c * tmp_[i] - s * chol_(i, k);
+      }
+    }
+    chol_.triangularView<Eigen::Lower>() *= std::sqrt(1 - gamma);
+    if (params_[5] != 0) {  // the global scale, dual-averaged
+      dual_averaging(state_ + 2, prob, 6);
+      state_[1] = std::exp(state_[6]);
+    }
+  }
+
+  const bs_model* m_;
+  int n_, adapt_;
+  bool langevin_, exact_, am_, dense_;
+  const double* params_;
+  double* state_;
+  Eigen::Map<lower_matrix> chol_, sq_grad_;
+  double* mean_;
+  vector_d x_, gx_;
+  double lp_;
+  bool ux_current_ = false;
+  vector_d eps_, y_, gy_, a_, ux_, uy_, tmp_, c_, hv_, w_exact_a_;
+  Eigen::ArrayXd row_grad_;
+};
+
+}  // namespace
+
+extern "C" {
+
+// `n_rows` rows of MH iterations (mh_chain above), each row the state after
+// `steps_per_draw` iterations, from the state (x, grad, lp), updated in place; `adapt`
+// (mh_chain's codes; 0 after warmup; `am`: AM's proposal) with its `params`, and its `state`, `chol` (the
+// lower-triangular L, row-major n x n; null for a scalar sigma = state[5]),
+// `sq_grad` (RMSProp's G, gad) and `mean` (AM) updated in place.  Iteration draws, in
+// this order and from `seed` (block_rng), the noise (n normals, 2n for AM), then
+// u ~ Uniform(0, 1]; it accepts iff log u < log ratio (a non-finite target rejects).
+// Per row it writes the state to `draws` and the row's statistics to `stats` (row-major,
+// 8 columns: accept_stat and accepted averaged over the row's iterations, n_grad,
+// n_density and n_hvp summed, lp, step size, beta).  `noise` (nullable) gets each
+// iteration's normals and log u (n_noise + 1 values per iteration), for tests.
+int ahmc_mh_block(const bs_model* m, int n_rows, int steps_per_draw, int adapt,
+                  int langevin, int exact, int am, uint64_t seed, const double* params,
+                  double* state, double* chol, double* sq_grad, double* mean, double* x,
+                  double* grad, double* lp, double* draws, double* stats, double* noise) {
+  const int n = m->param_unc_num;
+  mh_chain chain(m, adapt, langevin != 0, exact != 0, am != 0, chol != nullptr, params, state, chol,
+                 sq_grad, mean, x, grad, *lp);
+  block_rng rng(seed);
+  const int n_noise = chain.noise_dims();
+  vector_d& eps = chain.eps();
+  for (int r = 0; r < n_rows; ++r) {
+    double* row = stats + static_cast<size_t>(r) * 8;
+    std::fill(row, row + 8, 0.0);
+    for (int k = 0; k < steps_per_draw; ++k) {
+      for (int j = 0; j < n_noise; ++j) eps[j] = rng.normal();
+      const double log_u = std::log(rng.uniform_positive());
+      if (noise) {
+        std::copy(eps.data(), eps.data() + n_noise, noise);
+        noise[n_noise] = log_u;
+        noise += n_noise + 1;
+      }
+      double prob;
+      const bool accepted = chain.step(adapt != 0, log_u, &prob, &row[2], &row[3], &row[4]);
+      row[0] += prob / steps_per_draw;
+      row[1] += (accepted ? 1.0 : 0.0) / steps_per_draw;
+    }
+    std::copy(chain.x().data(), chain.x().data() + n, draws + static_cast<size_t>(r) * n);
+    row[5] = chain.lp();
+    row[6] = chain.step_size();
+    row[7] = chain.beta();
+  }
+  chain.write_state(x, grad, lp);
+  return 0;
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------
 // Second and third derivatives for Riemann-manifold HMC (ahmc_stan/riemann.py).
 //
 // Third derivatives: a model reached through `stan::model::model_base` has log_prob

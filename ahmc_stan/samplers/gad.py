@@ -61,7 +61,7 @@ from typing import Callable
 import numpy as np
 
 from .chain import ChainResult
-from .metropolis import MHStep, Proposal, Target, propose, run_mh_chain
+from .metropolis import MHStep, NativeBlock, Proposal, Target, propose, run_mh_chain
 
 __all__ = ["objective", "objective_gradient", "GadProposal", "run_gadrwm", "run_gadmala",
            "run_gadmala_exact", "proposal_cholesky", "plot_proposal"]
@@ -178,6 +178,21 @@ class GadProposal(Proposal):
         floor = self.min_diag_ratio * self.L[d, d]
         self.L += work
         self.L[d, d] = np.maximum(self.L[d, d], floor)
+
+    def native_block(self, adapting: bool) -> NativeBlock:
+        """L and G are passed as they are (the C++ block updates them in place)."""
+        self.L = np.ascontiguousarray(self.L, dtype=float)
+        if not adapting:
+            return NativeBlock(0, np.zeros(1), np.zeros(1), chol=self.L,
+                               langevin=self.langevin)
+        return NativeBlock(2, np.array([self.adapt_delta, self.learning_rate, self.rho_beta,
+                                        self.min_diag_ratio, self.min_beta]),
+                           np.array([self.beta]), chol=self.L, sq_grad=self._sq_grad,
+                           langevin=self.langevin, exact=self.exact)
+
+    def load_native(self, block: NativeBlock) -> None:
+        if block.adapt:
+            self.beta = float(block.state[0])
 
     def stats(self) -> dict[str, float]:
         return {"beta": self.beta}

@@ -12,7 +12,8 @@ Proposals (Titsias & Dellaportas 2019, sections 2.2–2.3), ε ~ N(0, I):
 matrix every operation is O(n²): matrix–vector products and, in
 :func:`langevin_log_density`, a triangular solve — never a factorisation.
 
-:func:`run_mh_chain` is the one chain loop: each iteration draws ε (then a uniform for the
+:func:`run_mh_chain` is the one chain loop (blocks in C++, ``ahmc_mh_block``, or
+:func:`mh_iteration` in Python): each iteration draws ε (then a uniform for the
 accept step), proposes, evaluates the target at y, accepts if ``log u < log ratio`` (a
 non-finite target rejects), and during warmup hands the iteration (:class:`MHStep`) to the
 proposal's ``adapt``.  What differs between samplers lives in a :class:`Proposal` subclass.
@@ -31,8 +32,9 @@ from scipy import linalg
 from ..model import DensityError
 from .chain import ChainRecorder, ChainResult
 
-__all__ = ["Target", "MHStep", "Proposal", "propose", "langevin_log_q_ratio",
-           "langevin_log_density", "accept", "acceptance_probability", "run_mh_chain"]
+__all__ = ["Target", "MHStep", "NativeBlock", "Proposal", "mh_iteration", "propose",
+           "langevin_log_q_ratio", "langevin_log_density", "accept", "acceptance_probability",
+           "run_mh_chain"]
 
 
 # ---- the target --------------------------------------------------------------------------
@@ -47,6 +49,12 @@ class Target:
         self.dims = model.dims
         self._kernel = model.density
         self._density = model.bridge.log_density
+        #: the C++ blocks' path (None for a library without them, or a subclass that
+        #: overrides an evaluation: its override must see every call)
+        overridden = any(getattr(type(self), name) is not getattr(Target, name)
+                         for name in ("density", "gradient", "hvp"))
+        self.native_density = (model.density if model.density.native and not overridden
+                               else None)
 
     def density(self, x: np.ndarray) -> float:
         try:
@@ -125,6 +133,26 @@ def acceptance_probability(log_ratio: float) -> float:
 # ---- what a sampler plugs into the chain loop --------------------------------------------
 
 @dataclass
+class NativeBlock:
+    """A proposal and its adaptation as the C++ block (``ahmc_mh_block``) takes them:
+    ``adapt`` 0 (fixed), 1 (dual averaging of log σ), 2 (gad) or 3 (AM); ``am`` selects
+    AM's proposal; ``params`` and ``state`` are the adaptation's constants and state
+    (layouts in ``csrc/ahmc_bridge.cpp``, ``mh_chain``); ``chol`` the lower-triangular L
+    (None for a scalar σ, then ``state[5]`` = σ), ``sq_grad`` RMSProp's G, ``mean``
+    AM's running mean.  The arrays are C-contiguous float64 and updated in place."""
+
+    adapt: int
+    params: np.ndarray
+    state: np.ndarray
+    chol: np.ndarray | None = None
+    sq_grad: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    langevin: bool = False
+    exact: bool = False
+    am: bool = False
+
+
+@dataclass
 class MHStep:
     """One iteration, as the proposal's ``adapt`` sees it (``grad_*`` None when not
     evaluated; ``log_ratio`` is ``-inf`` where the target is not finite at y)."""
@@ -180,6 +208,26 @@ class Proposal:
     def end_warmup(self) -> None:
         """Called once when sampling starts; the proposal is fixed from then on."""
 
+    def native_block(self, adapting: bool) -> NativeBlock | None:
+        """This proposal for the C++ block (None: Python only); the base class is the
+        fixed proposal (a subclass that adapts without saying how in C++ gets None).
+        After the call :meth:`load_native` reads the state back."""
+        if type(self).adapt is not Proposal.adapt:
+            return None
+        return self.fixed_block()
+
+    def fixed_block(self) -> NativeBlock:
+        """The current proposal, not adapted, for the C++ block."""
+        if np.ndim(self.L) == 0:
+            return NativeBlock(0, np.zeros(1), np.array([0, 0, 0, 0, 0, float(self.L)]),
+                               langevin=self.langevin)
+        return NativeBlock(0, np.zeros(1), np.zeros(1),
+                           chol=np.ascontiguousarray(self.L, dtype=float),
+                           langevin=self.langevin)
+
+    def load_native(self, block: NativeBlock) -> None:
+        """Take the adapted state back from a C++ block (nothing for a fixed proposal)."""
+
     @property
     def step_size(self) -> float:
         return float(self.L) if np.ndim(self.L) == 0 else math.nan
@@ -199,14 +247,51 @@ class Proposal:
 _LOOP_STATS = ("step_size", "n_density", "accepted", "lp")
 
 
+def mh_iteration(target: Target, proposal: Proposal, x: np.ndarray, lp: float, grad,
+                 eps: np.ndarray, log_u: float, adapting: bool):
+    """One MH iteration from the noise ``eps`` and ``log_u`` (the Python reference of the
+    C++ block): propose, evaluate, accept if ``log u < log ratio`` (a non-finite target
+    rejects), adapt during warmup.  Returns (x, lp, grad, acceptance probability,
+    accepted, counts of evaluations)."""
+    counts = {"n_grad": 0, "n_density": 0}
+    y = proposal.propose(x, grad, eps)
+    if proposal.needs_gradient(adapting):
+        lp_y, grad_y = target.gradient(y)
+        counts["n_grad"] += 1
+    else:
+        lp_y, grad_y = target.density(y), None
+        counts["n_density"] += 1
+    log_ratio = lp_y - lp
+    if math.isfinite(lp_y) and proposal.langevin:
+        log_ratio += proposal.log_q_ratio(eps, grad, grad_y)
+    prob = acceptance_probability(log_ratio)
+    accepted = accept(log_ratio, log_u)
+    if adapting:
+        work = proposal.adapt(target, MHStep(x, lp, grad, eps, y, lp_y, grad_y, log_ratio,
+                                             prob, accepted))
+        for k, v in (work.items() if isinstance(work, dict) else [("n_grad", work)]):
+            counts[k] = counts.get(k, 0) + v
+    if accepted:
+        x, lp = y, lp_y
+        if proposal.langevin:
+            grad = grad_y
+    return x, lp, grad, prob, accepted, counts
+
+
 def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmup: int,
                  draws: int, progress: Callable[[int], None], proposal: Proposal, *,
-                 steps_per_draw: int = 1, block_size: int = 200) -> ChainResult:
+                 steps_per_draw: int = 1, block_size: int = 200,
+                 native: bool | None = None) -> ChainResult:
     """``warmup`` adapted then ``draws`` fixed-proposal rows; each row is the state after
     ``steps_per_draw`` MH iterations (``n_grad``/``n_density`` summed and
     ``accept_stat``/``accepted`` averaged over them), so the chain runs
     ``(warmup + draws)·steps_per_draw`` iterations (seed 003's protocol; unlike
     ``tune_and_sample``'s ``thin``, adaptation also sees every iteration of warmup).
+
+    Blocks of ``block_size`` rows run in one C++ call (``ahmc_mh_block``, noise drawn in
+    C++ from one seed per block) when the model library has it and the proposal says how
+    (:meth:`Proposal.native_block`); ``native=False`` runs :func:`mh_iteration` in Python
+    with numpy's noise instead (the reference; a different random stream).
 
     Statistics: ``accept_stat`` (mean ``min(1, ratio)``), ``accepted`` (fraction),
     ``n_grad`` (gradient evaluations, each also giving the density), ``n_density``
@@ -217,10 +302,16 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
         raise ValueError(f"steps_per_draw must be a positive integer, not {steps_per_draw}")
     dims = len(x0)
     n_noise = proposal.noise_dims or dims
+    density = target.native_density
+    if native is None:
+        native = density is not None and proposal.native_block(warmup > 0) is not None
+    elif native and (density is None or proposal.native_block(warmup > 0) is None):
+        raise ValueError("this model library or proposal has no C++ block")
     rec = ChainRecorder(dims, warmup + draws,
                         [*_LOOP_STATS, *proposal.stat_names, *proposal.count_names])
     x = np.array(x0, dtype=float)
-    lp, grad = target.gradient(x) if proposal.langevin else (target.density(x), None)
+    lp, grad = (target.gradient(x) if proposal.langevin or native
+                else (target.density(x), None))
     if not math.isfinite(lp):
         raise ValueError("the initial point has a non-finite log density or gradient")
     names = ("accept_stat", "accepted", "n_grad", "n_density", "lp", "step_size",
@@ -235,42 +326,34 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
             if not adapting and rec.sampling_start is None:
                 rec.mark_sampling_start(start)
             n_rows = min(block_size, (warmup if adapting else warmup + draws) - rec.n)
-            rows, done = np.empty((n_rows, dims)), 0
-            out = {k: np.zeros(n_rows) for k in names}
-            for i in range(n_rows):
-                for _ in range(steps_per_draw):
-                    eps = rng.standard_normal(n_noise)
-                    log_u = math.log(rng.uniform())
-                    y = proposal.propose(x, grad, eps)
-                    if proposal.needs_gradient(adapting):
-                        lp_y, grad_y = target.gradient(y)
-                        out["n_grad"][i] += 1
-                    else:
-                        lp_y, grad_y = target.density(y), None
-                        out["n_density"][i] += 1
-                    log_ratio = lp_y - lp
-                    if math.isfinite(lp_y) and proposal.langevin:
-                        log_ratio += proposal.log_q_ratio(eps, grad, grad_y)
-                    prob = acceptance_probability(log_ratio)
-                    accepted = accept(log_ratio, log_u)
-                    if adapting:
-                        work = proposal.adapt(target, MHStep(
-                            x, lp, grad, eps, y, lp_y, grad_y, log_ratio, prob, accepted))
-                        for k, v in (work.items() if isinstance(work, dict)
-                                     else [("n_grad", work)]):
+            if native:
+                block = proposal.native_block(adapting)
+                lp, rows, st, _ = density.mh_block(n_rows, steps_per_draw, block,
+                                                   int(rng.integers(0, 2**63)), x, grad, lp)
+                proposal.load_native(block)
+                out = {k: st[k] for k in names}
+                if not block.adapt:  # the proposal's own statistics are fixed
+                    out.update({k: np.full(n_rows, v) for k, v in proposal.stats().items()})
+                done = n_rows
+            else:
+                rows, done = np.empty((n_rows, dims)), 0
+                out = {k: np.zeros(n_rows) for k in names}
+                for i in range(n_rows):
+                    for _ in range(steps_per_draw):
+                        eps = rng.standard_normal(n_noise)
+                        log_u = math.log(rng.uniform())
+                        x, lp, grad, prob, accepted, counts = mh_iteration(
+                            target, proposal, x, lp, grad, eps, log_u, adapting)
+                        for k, v in counts.items():
                             out[k][i] += v
-                    if accepted:
-                        x, lp = y, lp_y
-                        if proposal.langevin:
-                            grad = grad_y
-                    out["accept_stat"][i] += prob / steps_per_draw
-                    out["accepted"][i] += accepted / steps_per_draw
-                rows[i] = x
-                out["lp"][i] = lp
-                out["step_size"][i] = proposal.step_size
-                for k, v in proposal.stats().items():
-                    out[k][i] = v
-                done = i + 1
+                        out["accept_stat"][i] += prob / steps_per_draw
+                        out["accepted"][i] += accepted / steps_per_draw
+                    rows[i] = x
+                    out["lp"][i] = lp
+                    out["step_size"][i] = proposal.step_size
+                    for k, v in proposal.stats().items():
+                        out[k][i] = v
+                    done = i + 1
             rec.add(rows, divergent=0, phase=1 if adapting else 2, **out)
             done = 0
             if adapting and rec.n == warmup:

@@ -1,0 +1,109 @@
+"""Metropolis-type samplers against CmdStan's NUTS, per second and per gradient:
+
+    python benchmarks/bench_mh.py [--models neal100,caravan] [--samplers gadmala]
+                                  [--warmup 20000] [--draws 20000] [--chains 4] [--seed 1]
+
+Seed 003's Table 1 setting (Titsias & Dellaportas 2019, section 4.2): each sampler runs
+``warmup`` adaptation and ``draws`` kept iterations (default 2·10⁴ + 2·10⁴); CmdStan's
+NUTS runs with its defaults (1000 + 1000).  Same models, chains and seed, one run, the
+same ArviZ ESS.  Reports per sampler and model: min bulk ESS per second and per
+gradient-equivalent, warmup included, and their ratio to NUTS; the wall time per
+gradient-equivalent (warmup included) ÷ NUTS's wall time per leapfrog step; the bare C++
+gradient; R-hat.  Writes ``benchmarks/results/bench_mh.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's ahmc_stan, also for A/B copies
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import ahmc_stan  # noqa: E402
+from ahmc_stan.comparison import to_markdown  # noqa: E402
+from ahmc_stan.suite import EXPERIMENTS  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(name: str):
+    exp = EXPERIMENTS[name]
+    return ahmc_stan.StanModel(ROOT / "stan_models" / exp.stan_file, exp.data(False))
+
+
+def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int) -> dict:
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if sampler == "nuts":
+            fit = ahmc_stan.run_nuts(model, chains=chains, warmup=1000, draws=1000,
+                                     seed=seed, diagnose=False)
+        else:
+            fit = ahmc_stan.tune_and_sample(model, sampler, chains=chains, warmup=warmup,
+                                            draws=draws, seed=seed, progress=False,
+                                            diagnose=False)
+    e = fit.efficiency()
+    grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    seconds = e["time_warmup"] + e["time_sampling"]
+    return {"min_ess": e["min_ess_bulk"], "per_s": e["min_ess_per_s_total"],
+            "per_grad": e["min_ess_per_grad_total"], "max_rhat": e["max_rhat"],
+            "us_per_grad": 1e6 * seconds / grads, "chain_seconds": seconds,
+            "us_per_iteration": 1e6 * seconds / (e["chains"] * (e["draws"] + (
+                1000 if sampler == "nuts" else warmup))),
+            "wall": time.perf_counter() - start}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="neal100,caravan")
+    ap.add_argument("--samplers", default="gadmala")
+    ap.add_argument("--warmup", type=int, default=20000)
+    ap.add_argument("--draws", type=int, default=20000)
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=str(RESULTS / "bench_mh"))
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        model = load(name)
+        x = np.zeros(model.dims)
+        bare = 1e6 * model.density.gradient_seconds(x, 2000)
+        nuts = measure(model, "nuts", args.chains, args.warmup, args.draws, args.seed)
+        print(name, "nuts", nuts, flush=True)
+        for sampler in args.samplers.split(","):
+            r = measure(model, sampler, args.chains, args.warmup, args.draws, args.seed)
+            print(name, sampler, r, flush=True)
+            rows.append({"model": name, "dims": model.dims, "sampler": sampler,
+                         "min ESS/s": r["per_s"], "÷ NUTS /s": r["per_s"] / nuts["per_s"],
+                         "min ESS/grad": r["per_grad"],
+                         "÷ NUTS /grad": r["per_grad"] / nuts["per_grad"],
+                         "µs/iteration": r["us_per_iteration"], "µs/grad": r["us_per_grad"],
+                         "÷ NUTS µs/leapfrog": r["us_per_grad"] / nuts["us_per_grad"],
+                         "bare µs/grad": bare, "R-hat": r["max_rhat"],
+                         "NUTS R-hat": nuts["max_rhat"], "min ESS": r["min_ess"],
+                         "NUTS min ESS": nuts["min_ess"], "chain s": r["chain_seconds"],
+                         "NUTS chain s": nuts["chain_seconds"]})
+    header = (f"# Metropolis-type samplers vs CmdStan NUTS\n\n"
+              f"`python benchmarks/bench_mh.py --models {args.models} --samplers "
+              f"{args.samplers} --warmup {args.warmup} --draws {args.draws} --chains "
+              f"{args.chains} --seed {args.seed}`; NUTS at CmdStan's defaults (1000 + 1000). "
+              "Ratios measured in one run, warmup included; time is chain-seconds (summed "
+              "over chains).\n\n")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    table = to_markdown(pd.DataFrame(rows), floatfmt=".3g", index=False)
+    out.with_suffix(".md").write_text(header + table + "\n")
+    print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
