@@ -173,6 +173,36 @@ def test_gp_candidate_cache_consistent():
         np.testing.assert_allclose(v1, v2, atol=1e-12)
 
 
+def test_gp_carried_grid_posterior_matches_a_fresh_factorisation():
+    """The tuner's pattern: runs of repeats at one input, jumps to grid points, predictions
+    on the read-only grid between them (carried A⁻¹, W, q) against the dense formula,
+    across a refresh from scratch (GaussianProcess.REFRESH_EVERY)."""
+    rng = np.random.default_rng(3)
+    grid = np.stack(np.meshgrid(np.linspace(0, 1, 12), np.linspace(0, 1, 9)), -1).reshape(-1, 2)
+    grid.setflags(write=False)
+    gp = GaussianProcess([0.2, 0.2], noise_var=0.1)
+    gp.REFRESH_EVERY = 40  # several refreshes in this run
+    xs, ys = [], []
+    current = grid[5]
+    for step in range(400):
+        if rng.random() < 0.25:
+            current = grid[rng.integers(len(grid))]
+        y = rng.normal() + 2
+        gp.add(current, y)
+        xs.append(current)
+        ys.append(y)
+        if step % 7 == 0:
+            X = np.array(xs)
+            K = se_ard_kernel(X, X, [0.2, 0.2]) + 0.1 * np.eye(len(X))
+            Ks = se_ard_kernel(grid, X, [0.2, 0.2])
+            mu, var = gp.predict(grid)
+            np.testing.assert_allclose(mu, Ks @ np.linalg.solve(K, ys), atol=1e-9)
+            np.testing.assert_allclose(
+                var, np.maximum(1 - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T)), 0),
+                atol=1e-9)
+    assert gp.n_unique > 40
+
+
 # ----------------------------------------------------------------------------- the tuner
 def test_scale_after_rewards_1_3_2():
     tuner = BayesOptTuner(hmc_box(), seed=0, maximizer=lambda acq, box: box.low)  # cheap maximiser

@@ -26,6 +26,15 @@ with mean ``ȳ_j`` at ``x_j`` give the same posterior over ``f`` as the single o
 (``p_i → 0``), the kernel matrix has one row per *distinct* γ.  It is refactorised
 (``O(u³)``, ``u`` distinct points) lazily, only when a prediction is asked for after new
 data; for ``u`` up to a few thousand that is well under a second.
+
+On the tuner's candidate grid (a read-only array of ``m`` points predicted again and
+again) the posterior is carried over instead: ``A⁻¹ = (K + diag(σ_η²/n_j))⁻¹``,
+``W = k(grid, inputs) A⁻¹`` and the grid's quadratic forms ``q = k·A⁻¹k`` are updated
+for what changed since the last prediction — a new distinct input by the block-inverse
+formula, more observations at an input (its noise σ_η²/n_j shrinks) by Sherman–Morrison
+— at ``O(m u)`` each instead of ``O(m u²)`` for the triangular solve of every grid point.
+Between two moves of the tuner only the current γ gains data, so a move costs ``O(m u)``.
+Every :attr:`REFRESH_EVERY` updates the carried state is recomputed from scratch.
 """
 
 from __future__ import annotations
@@ -104,6 +113,7 @@ class GaussianProcess:
         self.cache_max_elements = 20_000_000
         self._cand: np.ndarray | None = None
         self._cand_K = np.empty((0, 0))
+        self._carried: dict | None = None  # A⁻¹, W, q and the noise they include
 
     # ----------------------------------------------------------------- data
     @property
@@ -205,8 +215,10 @@ class GaussianProcess:
         if self.n_unique == 0:
             mean = np.zeros(m)
             return (mean, np.full(m, self.signal_var)) if return_var else mean
-        L, alpha = self._factorise()
         cached = None if X.flags.writeable else self._cross_kernel(X)
+        if cached is not None and return_var:
+            return self._carried_predict(cached)
+        L, alpha = self._factorise()
         Xtr = self.inputs
         mean = np.empty(m)
         var = np.empty(m) if return_var else None
@@ -224,3 +236,55 @@ class GaussianProcess:
             return mean
         np.maximum(var, 0.0, out=var)
         return mean, var
+
+    #: Updates of the carried grid posterior after which it is recomputed from scratch.
+    REFRESH_EVERY = 256
+
+    def _carried_predict(self, Kc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance on the cached candidate grid (``Kc = k(grid, inputs)``) from
+        the carried ``A⁻¹``, ``W``, ``q`` (module docstring), brought up to date first."""
+        noise = self.noise_var / self.counts
+        c = self._carried
+        if c is None or c["grid"] is not self._cand or c["updates"] >= self.REFRESH_EVERY:
+            c = self._carried = self._carry_from_scratch(Kc, noise)
+        else:
+            for j in range(len(c["noise"])):  # more observations at an input
+                delta = noise[j] - c["noise"][j]
+                if delta != 0.0:
+                    a_j = c["Ainv"][:, j].copy()
+                    w_j = c["W"][:, j].copy()
+                    d = 1.0 + delta * a_j[j]
+                    c["Ainv"] -= (delta / d) * np.outer(a_j, a_j)
+                    c["W"] -= (delta / d) * np.outer(w_j, a_j)
+                    c["q"] -= (delta / d) * w_j * w_j
+                    c["noise"][j] = noise[j]
+                    c["updates"] += 1
+            X = self.inputs
+            for j in range(len(c["noise"]), self.n_unique):  # new distinct inputs
+                k = se_ard_kernel(X[:j], X[j:j + 1], self.length_scales,
+                                  self.signal_var).ravel()
+                b = c["Ainv"] @ k
+                schur = self.signal_var + noise[j] - k @ b
+                t = c["W"] @ k - Kc[:, j]
+                Ainv = np.empty((j + 1, j + 1))
+                Ainv[:j, :j] = c["Ainv"] + np.outer(b, b) / schur
+                Ainv[:j, j] = Ainv[j, :j] = -b / schur
+                Ainv[j, j] = 1.0 / schur
+                c["Ainv"] = Ainv
+                c["W"] = np.hstack([c["W"] + np.outer(t, b) / schur, (-t / schur)[:, None]])
+                c["q"] = c["q"] + t * t / schur
+                c["noise"] = np.append(c["noise"], noise[j])
+                c["updates"] += 1
+        mean = c["W"] @ self.means
+        var = self.signal_var - c["q"]
+        np.maximum(var, 0.0, out=var)
+        return mean, var
+
+    def _carry_from_scratch(self, Kc: np.ndarray, noise: np.ndarray) -> dict:
+        """``A⁻¹``, ``W = Kc A⁻¹`` and ``q`` from a Cholesky factorisation of ``A``."""
+        L, _ = self._factorise()
+        Linv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
+        Ainv = Linv.T @ Linv
+        W = Kc @ Ainv
+        return {"grid": self._cand, "Ainv": Ainv, "W": W, "q": np.einsum("ij,ij->i", W, Kc),
+                "noise": noise.copy(), "updates": 0}
