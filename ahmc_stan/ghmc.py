@@ -37,7 +37,7 @@ weight rejects; an energy error above ``max_energy_error`` marks the iteration d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -47,7 +47,7 @@ from .metric import InvMetric, draw_momenta
 from .native import NativeDensity
 from .momentum import ordered_overrelaxation
 
-__all__ = ["GHMCState", "GHMCKernel", "Trajectory", "kinetic_energy"]
+__all__ = ["GHMCState", "GHMCInfo", "GHMCKernel", "Trajectory", "kinetic_energy"]
 
 #: ``trajectory(rng, n_steps, step_size, x, p, grad, lp) -> (lp_end, log_weight, counts)``:
 #: integrates in place from (x, p) and returns the log density at the end (``-inf`` if not
@@ -58,10 +58,24 @@ Trajectory = Callable[..., tuple[float, float, dict]]
 
 @dataclass(frozen=True)
 class GHMCState:
+    """The position and the persistent momentum (None: drawn fresh by the next run)."""
+
     position: np.ndarray
     logdensity: float
     logdensity_grad: np.ndarray
-    momentum: np.ndarray
+    momentum: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class GHMCInfo(HMCInfo):
+    """:class:`~ahmc_stan.hmc.HMCInfo` plus the trajectory's per-iteration counts of
+    evaluations other than gradients (e.g. SVHMC's ``n_hvp``), as ``extra_stats``."""
+
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def extra_stats(self) -> dict[str, np.ndarray]:
+        return self.counts
 
 
 def kinetic_energy(p: np.ndarray, inv_metric: InvMetric) -> float:
@@ -89,13 +103,17 @@ class GHMCKernel:
                            else np.ascontiguousarray(inv_metric, dtype=float))
         self.num_candidates = num_candidates
 
-    def init(self, rng: np.random.Generator, position: np.ndarray) -> GHMCState:
+    def init(self, position: np.ndarray, rng: np.random.Generator | None = None
+             ) -> GHMCState:
+        """The state at ``position``, with a momentum from N(0, M) drawn from ``rng``
+        (without one, the first :meth:`run` draws it)."""
         position = np.array(position, dtype=float)
         grad = np.empty_like(position)
         lp = self.density.log_density_gradient(position, grad)
         if not np.isfinite(lp):
             raise ValueError("the initial point has a non-finite log density or gradient")
-        return GHMCState(position, lp, grad, self.fresh_momentum(rng, len(position)))
+        return GHMCState(position, lp, grad,
+                         None if rng is None else self.fresh_momentum(rng, len(position)))
 
     def fresh_momentum(self, rng: np.random.Generator, dims: int) -> np.ndarray:
         return draw_momenta(rng, self.inv_metric, 1, dims)[0]
@@ -106,13 +124,19 @@ class GHMCKernel:
             return self.fresh_momentum(rng, len(p))
         return -ordered_overrelaxation(rng, p, self.num_candidates, self.inv_metric)
 
+    def step(self, rng: np.random.Generator, state: GHMCState, params: HMCParameters
+             ) -> tuple[GHMCState, GHMCInfo]:
+        """One iteration."""
+        return self.run(rng, state, params, 1)
+
     def run(self, rng: np.random.Generator, state: GHMCState, params: HMCParameters,
-            n_iter: int) -> tuple[GHMCState, HMCInfo, dict[str, np.ndarray]]:
-        """``n_iter`` iterations at fixed (ε, L); returns the final state, the per-iteration
-        :class:`~ahmc_stan.hmc.HMCInfo` and the trajectory's per-iteration counts."""
+            n_iter: int) -> tuple[GHMCState, GHMCInfo]:
+        """``n_iter`` iterations at fixed (ε, L); returns the final state and the
+        per-iteration :class:`GHMCInfo` (the trajectory's counts in ``extra_stats``)."""
         dims = len(state.position)
         x, grad, lp = state.position.copy(), state.logdensity_grad.copy(), state.logdensity
-        p = state.momentum.copy()
+        p = (self.fresh_momentum(rng, dims) if state.momentum is None
+             else state.momentum.copy())
         out = {k: np.empty(n_iter) for k in ("accept", "energy", "lp")}
         flags = {k: np.zeros(n_iter, bool) for k in ("accepted", "divergent")}
         n_steps = np.empty(n_iter, int)
@@ -144,7 +168,7 @@ class GHMCKernel:
                 out["energy"][i] = h0
             positions[i] = x
             out["lp"][i] = lp
-        info = HMCInfo(positions, out["accept"], flags["accepted"], flags["divergent"],
-                       n_steps, counts["n_grad"], out["energy"], out["lp"])
         extra = {k: v for k, v in counts.items() if k != "n_grad"}
-        return GHMCState(x, lp, grad, p), info, extra
+        info = GHMCInfo(positions, out["accept"], flags["accepted"], flags["divergent"],
+                        n_steps, counts["n_grad"], out["energy"], out["lp"], extra)
+        return GHMCState(x, lp, grad, p), info

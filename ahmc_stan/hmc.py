@@ -1,5 +1,13 @@
 """Hamiltonian Monte Carlo as a pure step ``(rng, state, params) -> (state, info)``.
 
+The kernel protocol every transition of the package follows (:class:`HMCKernel`,
+:class:`~ahmc_stan.ghmc.GHMCKernel`, :class:`~ahmc_stan.riemann.RMHMCKernel`):
+``init(position) -> state``; ``run(rng, state, params, n_iter) -> (state, info)`` with
+:class:`HMCParameters` passed per call and per-iteration arrays in ``info`` (an
+:class:`HMCInfo`, whose subclasses add their evaluation counts as ``extra_stats``);
+``step`` is ``run`` of one iteration.  Adaptation lives outside the kernels
+(:mod:`ahmc_stan.tuning`).
+
 HMC with the leapfrog integrator and a Metropolis correction (Neal 2011, section 5.3.2),
 an identity, diagonal or dense inverse metric, and — as AHMC requires (Wang, Mohamed & de
 Freitas 2013, section 2) — the number of leapfrog steps drawn afresh each iteration,
@@ -58,10 +66,17 @@ class HMCInfo:
 
 
 def stack_infos(infos: list) -> HMCInfo:
-    """One info of the iterations of several (of one type: HMCInfo or a subclass)."""
+    """One info of the iterations of several (of one type: HMCInfo or a subclass; a dict
+    field of per-iteration arrays is stacked key by key)."""
     first = infos[0]
-    return type(first)(**{f.name: np.concatenate([getattr(i, f.name) for i in infos])
-                          for f in dataclasses.fields(first)})
+
+    def stack(name):
+        values = [getattr(i, name) for i in infos]
+        if isinstance(values[0], dict):
+            return {k: np.concatenate([v[k] for v in values]) for k in values[0]}
+        return np.concatenate(values)
+
+    return type(first)(**{f.name: stack(f.name) for f in dataclasses.fields(first)})
 
 
 class HMCKernel:

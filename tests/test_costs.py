@@ -112,8 +112,9 @@ def test_svhmc_counts_gradients_and_products_where_they_are_made(banana):
     verlet = AdaptiveVerlet(density, hvp, None, reference=4.0)  # the talk's a = −½
     kernel = GHMCKernel(banana.density, verlet.trajectory)
     rng = np.random.default_rng(8)
-    state = kernel.init(rng, np.array([0.5, 0.1]))
-    _, info, counts = kernel.run(rng, state, HMCParameters(0.3, 10), 200)
+    state = kernel.init(np.array([0.5, 0.1]), rng)
+    _, info = kernel.run(rng, state, HMCParameters(0.3, 10), 200)
+    counts = info.extra_stats
     assert info.num_grad.sum() == density.counts["gradient"]
     assert counts["n_hvp"].sum() == hvp.n
     assert not info.is_accepted.all() and info.is_divergent.any()  # failures exercised
@@ -125,7 +126,8 @@ def test_svhmc_counts_gradients_and_products_where_they_are_made(banana):
     assert work == {"n_grad": density.counts["gradient"], "n_hvp": hvp.n} == \
         {"n_grad": 7, "n_hvp": 7}
     verlet.pending = work
-    _, info2, counts2 = kernel.run(rng, state, HMCParameters(0.3, 10), 3)
+    _, info2 = kernel.run(rng, state, HMCParameters(0.3, 10), 3)
+    counts2 = info2.extra_stats
     assert info2.num_grad.sum() == density.counts["gradient"]
     assert counts2["n_hvp"].sum() == hvp.n
 

@@ -100,8 +100,8 @@ def test_ohmc_transition_leaves_joint_invariant(banana):
     starts = banana_draws(rng, 4000)
     xs, ps, acc = np.empty_like(starts), np.empty_like(starts), []
     for i, x in enumerate(starts):
-        state = kernel.init(rng, x)  # p ~ N(0, I)
-        state, info, _ = kernel.run(rng, state, HMCParameters(0.6, 6), 5)
+        state = kernel.init(x, rng)  # p ~ N(0, I)
+        state, info = kernel.run(rng, state, HMCParameters(0.6, 6), 5)
         xs[i], ps[i] = state.position, state.momentum
         acc.append(info.is_accepted.mean())
     assert 0.3 < np.mean(acc) < 0.9
@@ -189,7 +189,7 @@ def test_extended_map_is_a_volume_preserving_involution(banana, verlet):
 def _after_transitions(kernel, rng, starts, n_iter, params):
     ends, acc = np.empty_like(starts), []
     for i, x in enumerate(starts):
-        state, info, _ = kernel.run(rng, kernel.init(rng, x), params, n_iter)
+        state, info = kernel.run(rng, kernel.init(x, rng), params, n_iter)
         ends[i] = state.position
         acc.append(info.acceptance_rate.mean())
     return ends, float(np.mean(acc))

@@ -67,8 +67,8 @@ def ghmc_blocks(make_trajectory: Callable, num_candidates: int | None) -> Callab
             params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
                                    inv_metric)
             previous = current.position
-            current, info, counts = ghmc.run(rng, current, params, n_iter)
-            _record(rec, info, params, phase, **counts)
+            current, info = ghmc.run(rng, current, params, n_iter)
+            _record(rec, info, params, phase)
             return previous, info.positions
 
         return run_block
