@@ -29,7 +29,6 @@ half a period (π) of a unit-scale Gaussian direction at the reference step size
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -171,8 +170,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                          " from which the box over (step size, steps) is derived: give "
                          "box=((eps_lo, eps_hi), (L_lo, L_hi)) or a longer warmup")
     tuner, inv_metric, eps_ref = None, None, None
-    start = time.perf_counter()
-    try:
+    with rec.running(warmup):
         while True:
             try:
                 state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
@@ -193,12 +191,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
             previous, positions, int(gamma["num_steps"]), inv_metric, m)
         run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
-                         options=options, chain_start=start, progress=progress,
+                         options=options, chain_start=rec.chain_start, progress=progress,
                          callback=callback)
-    except KeyboardInterrupt:
-        rec.interrupted = True
-    if rec.sampling_start is None and rec.n >= warmup:
-        rec.mark_sampling_start(start)
-    extras = {"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
-              "restarts": restarts.records, **tuning_extras(tuner)}
-    return rec.result(warmup, start, extras)
+    return rec.finish({"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
+                       "restarts": restarts.records, **tuning_extras(tuner)})

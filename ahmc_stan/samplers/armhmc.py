@@ -151,24 +151,21 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                              third_derivatives=third_derivatives)
     params = HMCParameters(float(step_size), int(num_steps), inv_metric, jitter=jitter)
     rec = ChainRecorder(len(x0), warmup + draws, list(STATS))
-    try:
+    with rec.running(warmup):
+        rec.chain_start = start  # the constant metric's optimisation is the chain's time
         state = kernel.init(x0)
         while rec.n < warmup + draws:
             in_warmup = rec.n < warmup
-            if not in_warmup and rec.sampling_start is None:
-                rec.mark_sampling_start(start)
+            if not in_warmup:
+                rec.enter_sampling()
             n_iter = min(block_size, (warmup if in_warmup else warmup + draws) - rec.n)
             state, info = kernel.run(rng, state, params, n_iter)
             _record(rec, info, params, phase=1 if in_warmup else 2)
             progress(rec.n)
             if callback is not None:
                 callback(rec)
-    except KeyboardInterrupt:
-        rec.interrupted = True
-    if rec.sampling_start is None and rec.n >= warmup:
-        rec.mark_sampling_start(start)
-    result = rec.result(warmup, start, {"metric": metric, "softness": softness,
-                                        "inv_metric": inv_metric, **extras})
+    result = rec.finish({"metric": metric, "softness": softness, "inv_metric": inv_metric,
+                         **extras})
     if metric == "softabs":
         work = _kernel_work(kernel, result)
         result.extras["third_derivatives"] = kernel.third_method

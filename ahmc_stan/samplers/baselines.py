@@ -26,7 +26,6 @@ leapfrog steps.  All adapt during warmup only.
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable
 
 import numpy as np
@@ -263,9 +262,8 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
     state = kernel.init(x0)
     rec = ChainRecorder(len(x0), warmup + draws, list(HMC_STATS))
     restarts = WarmupRestarts(max_restarts, detect_stuck)
-    start = time.perf_counter()
     eps = math.nan
-    try:
+    with rec.running(warmup):
         def log_accept(step_size):  # one leapfrog step with a fresh momentum
             _, info = kernel.step(rng, state, HMCParameters(step_size, 1, jitter=False))
             return math.log(max(info.acceptance_rate[0], 1e-300))
@@ -288,7 +286,7 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
             if rec.n % block_size == 0:
                 progress(rec.n)
         eps = averager.final if warmup else averager.step_size
-        rec.mark_sampling_start(start)
+        rec.enter_sampling()
         params = HMCParameters(eps, num_steps, jitter=False)
         while rec.n < warmup + draws:
             if step_size_jitter:  # a fresh ε each iteration: one iteration per call
@@ -300,9 +298,5 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
             _record(rec, info, params, phase=2)
             if rec.n % block_size == 0 or rec.n == warmup + draws:
                 progress(rec.n)
-    except KeyboardInterrupt:
-        rec.interrupted = True
-    if rec.sampling_start is None and rec.n >= warmup:
-        rec.mark_sampling_start(start)
-    return rec.result(warmup, start, {"step_size": eps, "num_steps": num_steps,
-                                      "restarts": restarts.records})
+    return rec.finish({"step_size": eps, "num_steps": num_steps,
+                       "restarts": restarts.records})

@@ -98,6 +98,31 @@ class ChainRecorder:
         self.sampling_start = time.perf_counter()
         self._warmup_seconds = self.sampling_start - chain_start
 
+    # ---- the chain's run: clock, Ctrl-C, result (every single-chain sampler's loop) ----
+
+    @contextlib.contextmanager
+    def running(self, warmup: int):
+        """The chain's run of ``warmup`` + draws iterations: starts its clock; a
+        KeyboardInterrupt inside ends the run quietly (:attr:`interrupted`, the draws
+        made so far kept).  Then :meth:`finish`."""
+        self.warmup, self.chain_start = warmup, time.perf_counter()
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.interrupted = True
+
+    def enter_sampling(self) -> None:
+        """Note the start of the sampling phase (once; later calls do nothing)."""
+        if self.sampling_start is None:
+            self.mark_sampling_start(self.chain_start)
+
+    def finish(self, extras: dict) -> ChainResult:
+        """The :class:`ChainResult` of a :meth:`running` run (warmup and sampling times
+        split where sampling started, or at the end of a warmup that completed)."""
+        if self.sampling_start is None and self.n >= self.warmup:
+            self.mark_sampling_start(self.chain_start)
+        return self.result(self.warmup, self.chain_start, extras)
+
     def result(self, warmup: int, chain_start: float, extras: dict) -> ChainResult:
         now = time.perf_counter()
         if self._stream is not None:

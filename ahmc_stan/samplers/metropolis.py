@@ -22,7 +22,6 @@ proposal's ``adapt``.  What differs between samplers lives in a :class:`Proposal
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -316,54 +315,54 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
         raise ValueError("the initial point has a non-finite log density or gradient")
     names = ("accept_stat", "accepted", "n_grad", "n_density", "lp", "step_size",
              *proposal.stat_names, *proposal.count_names)
-    start = time.perf_counter()
-    rows, out, done, adapting = np.empty((0, dims)), {}, 0, warmup > 0
-    try:
-        if warmup == 0:
-            proposal.end_warmup()
-        while rec.n < warmup + draws:
-            adapting = rec.n < warmup
-            if not adapting and rec.sampling_start is None:
-                rec.mark_sampling_start(start)
-            n_rows = min(block_size, (warmup if adapting else warmup + draws) - rec.n)
-            if native:
-                block = proposal.native_block(adapting)
-                lp, rows, st, _ = density.mh_block(n_rows, steps_per_draw, block,
-                                                   int(rng.integers(0, 2**63)), x, grad, lp)
-                proposal.load_native(block)
-                out = {k: st[k] for k in names}
-                if not block.adapt:  # the proposal's own statistics are fixed
-                    out.update({k: np.full(n_rows, v) for k, v in proposal.stats().items()})
-                done = n_rows
-            else:
-                rows, done = np.empty((n_rows, dims)), 0
-                out = {k: np.zeros(n_rows) for k in names}
-                for i in range(n_rows):
-                    for _ in range(steps_per_draw):
-                        eps = rng.standard_normal(n_noise)
-                        log_u = math.log(rng.uniform())
-                        x, lp, grad, prob, accepted, counts = mh_iteration(
-                            target, proposal, x, lp, grad, eps, log_u, adapting)
-                        for k, v in counts.items():
-                            out[k][i] += v
-                        out["accept_stat"][i] += prob / steps_per_draw
-                        out["accepted"][i] += accepted / steps_per_draw
-                    rows[i] = x
-                    out["lp"][i] = lp
-                    out["step_size"][i] = proposal.step_size
-                    for k, v in proposal.stats().items():
-                        out[k][i] = v
-                    done = i + 1
-            rec.add(rows, divergent=0, phase=1 if adapting else 2, **out)
-            done = 0
-            if adapting and rec.n == warmup:
+    with rec.running(warmup):
+        rows, out, done, adapting = np.empty((0, dims)), {}, 0, warmup > 0
+        try:
+            if warmup == 0:
                 proposal.end_warmup()
-            progress(rec.n)
-    except KeyboardInterrupt:
-        rec.interrupted = True
-        if done:  # the rows of the unfinished block
-            rec.add(rows[:done], divergent=0, phase=1 if adapting else 2,
-                    **{k: v[:done] for k, v in out.items()})
-    if rec.sampling_start is None and rec.n >= warmup:
-        rec.mark_sampling_start(start)
-    return rec.result(warmup, start, {**proposal.extras(), "steps_per_draw": steps_per_draw})
+            while rec.n < warmup + draws:
+                adapting = rec.n < warmup
+                if not adapting:
+                    rec.enter_sampling()
+                n_rows = min(block_size, (warmup if adapting else warmup + draws) - rec.n)
+                if native:
+                    block = proposal.native_block(adapting)
+                    lp, rows, st, _ = density.mh_block(n_rows, steps_per_draw, block,
+                                                       int(rng.integers(0, 2**63)), x, grad,
+                                                       lp)
+                    proposal.load_native(block)
+                    out = {k: st[k] for k in names}
+                    if not block.adapt:  # the proposal's own statistics are fixed
+                        out.update({k: np.full(n_rows, v)
+                                    for k, v in proposal.stats().items()})
+                    done = n_rows
+                else:
+                    rows, done = np.empty((n_rows, dims)), 0
+                    out = {k: np.zeros(n_rows) for k in names}
+                    for i in range(n_rows):
+                        for _ in range(steps_per_draw):
+                            eps = rng.standard_normal(n_noise)
+                            log_u = math.log(rng.uniform())
+                            x, lp, grad, prob, accepted, counts = mh_iteration(
+                                target, proposal, x, lp, grad, eps, log_u, adapting)
+                            for k, v in counts.items():
+                                out[k][i] += v
+                            out["accept_stat"][i] += prob / steps_per_draw
+                            out["accepted"][i] += accepted / steps_per_draw
+                        rows[i] = x
+                        out["lp"][i] = lp
+                        out["step_size"][i] = proposal.step_size
+                        for k, v in proposal.stats().items():
+                            out[k][i] = v
+                        done = i + 1
+                rec.add(rows, divergent=0, phase=1 if adapting else 2, **out)
+                done = 0
+                if adapting and rec.n == warmup:
+                    proposal.end_warmup()
+                progress(rec.n)
+        except KeyboardInterrupt:
+            if done:  # the rows of the unfinished block
+                rec.add(rows[:done], divergent=0, phase=1 if adapting else 2,
+                        **{k: v[:done] for k, v in out.items()})
+            raise
+    return rec.finish({**proposal.extras(), "steps_per_draw": steps_per_draw})
