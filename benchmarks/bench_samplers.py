@@ -1,15 +1,22 @@
-"""Metropolis-type samplers against CmdStan's NUTS, per second and per gradient:
+"""Every sampler against CmdStan's NUTS, per second and per gradient, one run:
 
-    python benchmarks/bench_mh.py [--models neal100,caravan] [--samplers gadmala]
-                                  [--warmup 20000] [--draws 20000] [--chains 4] [--seed 1]
+    python benchmarks/bench_samplers.py [--models std10,pima,logistic100,neal100]
+        [--samplers ahmc,gadmala,...|all] [--warmup 1000] [--draws 1000]
+        [--mh-factor 10] [--chains 4] [--seed 1]
 
-Seed 003's Table 1 setting (Titsias & Dellaportas 2019, section 4.2): each sampler runs
-``warmup`` adaptation and ``draws`` kept iterations (default 2·10⁴ + 2·10⁴); CmdStan's
-NUTS runs with its defaults (1000 + 1000).  Same models, chains and seed, one run, the
-same ArviZ ESS.  Reports per sampler and model: min bulk ESS per second and per
-gradient-equivalent, warmup included, and their ratio to NUTS; the wall time per
-gradient-equivalent (warmup included) ÷ NUTS's wall time per leapfrog step; the bare C++
-gradient; R-hat.  Writes ``benchmarks/results/bench_mh.md`` and ``.json``.
+Seed 003's Table 1 setting (Titsias & Dellaportas 2019, section 4.2) is
+``--models neal100,caravan --samplers gadmala --warmup 20000 --draws 20000 --mh-factor 1``.
+
+Each sampler runs ``warmup`` + ``draws`` iterations, the Metropolis-type ones (one
+gradient or density per iteration) ``mh-factor`` times as many, capped at 2·10⁴ each, as
+the suite runs them; CmdStan's NUTS runs with its defaults (1000 + 1000).  Same models,
+chains and seed, the same ArviZ ESS.  Reports per sampler and model: min bulk ESS per
+second and per gradient-equivalent, warmup included, and their ratio to NUTS; the wall
+time per gradient-equivalent (warmup included) ÷ NUTS's wall time per leapfrog step; µs
+per iteration; the bare C++ gradient; R-hat.  Models: ``std10`` (10-d standard normal),
+``logistic100`` (logistic regression, 500 cases, 100 parameters) and the suite's
+(``ahmc_stan.suite.EXPERIMENTS``).  Writes ``benchmarks/results/bench_samplers.md`` and
+``.json``.
 """
 
 from __future__ import annotations
@@ -32,9 +39,22 @@ from ahmc_stan.comparison import to_markdown  # noqa: E402
 from ahmc_stan.suite import EXPERIMENTS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+#: Samplers that spend one gradient (or density) per iteration: run mh-factor × longer.
+MH = {"gadmala", "gadmala_exact", "gadrwm", "rwm", "mala", "am"}
+#: Options without which a sampler does not run.
+OPTIONS = {"hmc": {"num_steps": 10}, "rmhmc": {"step_size": 0.5, "num_steps": 6}}
 
 
 def load(name: str):
+    if name == "std10":
+        return ahmc_stan.StanModel(ROOT / "stan_models" / "std_normal.stan", {"D": 10})
+    if name == "logistic100":
+        rng = np.random.default_rng(0)
+        n, k = 500, 99
+        X = rng.normal(size=(n, k))
+        y = (rng.uniform(size=n) < 1 / (1 + np.exp(-X @ rng.normal(size=k) * 0.3))).astype(int)
+        return ahmc_stan.StanModel(ROOT / "stan_models" / "logistic.stan",
+                                   {"N": n, "K": k, "X": X, "y": y, "prior_sd": 10.0})
     exp = EXPERIMENTS[name]
     return ahmc_stan.StanModel(ROOT / "stan_models" / exp.stan_file, exp.data(False))
 
@@ -49,7 +69,7 @@ def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int
         else:
             fit = ahmc_stan.tune_and_sample(model, sampler, chains=chains, warmup=warmup,
                                             draws=draws, seed=seed, progress=False,
-                                            diagnose=False)
+                                            diagnose=False, **OPTIONS.get(sampler, {}))
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     seconds = e["time_warmup"] + e["time_sampling"]
@@ -63,14 +83,19 @@ def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="neal100,caravan")
-    ap.add_argument("--samplers", default="gadmala")
-    ap.add_argument("--warmup", type=int, default=20000)
-    ap.add_argument("--draws", type=int, default=20000)
+    ap.add_argument("--models", default="std10,pima,logistic100,neal100")
+    ap.add_argument("--samplers", default="all")
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--mh-factor", type=int, default=10)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default=str(RESULTS / "bench_mh"))
+    ap.add_argument("--out", default=str(RESULTS / "bench_samplers"))
     args = ap.parse_args(argv)
+    from ahmc_stan.sampling import SAMPLERS
+
+    samplers = (list(SAMPLERS) if args.samplers == "all" else args.samplers.split(","))
+    samplers = [s for s in samplers if s != "nuts"]
     rows = []
     for name in args.models.split(","):
         model = load(name)
@@ -78,10 +103,13 @@ def main(argv=None) -> None:
         bare = 1e6 * model.density.gradient_seconds(x, 2000)
         nuts = measure(model, "nuts", args.chains, args.warmup, args.draws, args.seed)
         print(name, "nuts", nuts, flush=True)
-        for sampler in args.samplers.split(","):
-            r = measure(model, sampler, args.chains, args.warmup, args.draws, args.seed)
+        for sampler in samplers:
+            f = args.mh_factor if sampler in MH else 1
+            warmup, draws = (min(f * n, max(n, 20000)) for n in (args.warmup, args.draws))
+            r = measure(model, sampler, args.chains, warmup, draws, args.seed)
             print(name, sampler, r, flush=True)
             rows.append({"model": name, "dims": model.dims, "sampler": sampler,
+                         "iterations": f"{warmup}+{draws}",
                          "min ESS/s": r["per_s"], "÷ NUTS /s": r["per_s"] / nuts["per_s"],
                          "min ESS/grad": r["per_grad"],
                          "÷ NUTS /grad": r["per_grad"] / nuts["per_grad"],
@@ -91,10 +119,11 @@ def main(argv=None) -> None:
                          "NUTS R-hat": nuts["max_rhat"], "min ESS": r["min_ess"],
                          "NUTS min ESS": nuts["min_ess"], "chain s": r["chain_seconds"],
                          "NUTS chain s": nuts["chain_seconds"]})
-    header = (f"# Metropolis-type samplers vs CmdStan NUTS\n\n"
-              f"`python benchmarks/bench_mh.py --models {args.models} --samplers "
-              f"{args.samplers} --warmup {args.warmup} --draws {args.draws} --chains "
-              f"{args.chains} --seed {args.seed}`; NUTS at CmdStan's defaults (1000 + 1000). "
+    header = (f"# Samplers vs CmdStan NUTS\n\n"
+              f"`python benchmarks/bench_samplers.py --models {args.models} --samplers "
+              f"{args.samplers} --warmup {args.warmup} --draws {args.draws} --mh-factor "
+              f"{args.mh_factor} --chains {args.chains} --seed {args.seed}`; NUTS at "
+              "CmdStan's defaults (1000 + 1000). "
               "Ratios measured in one run, warmup included; time is chain-seconds (summed "
               "over chains).\n\n")
     out = Path(args.out)
