@@ -88,6 +88,8 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--mh-factor", type=int, default=10)
+    ap.add_argument("--riemann-max-dims", type=int, default=10,
+                    help="run armhmc and rmhmc only on models of at most this many dims")
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(RESULTS / "bench_samplers"))
@@ -104,6 +106,8 @@ def main(argv=None) -> None:
         nuts = measure(model, "nuts", args.chains, args.warmup, args.draws, args.seed)
         print(name, "nuts", nuts, flush=True)
         for sampler in samplers:
+            if sampler in ("armhmc", "rmhmc") and model.dims > args.riemann_max_dims:
+                continue
             f = args.mh_factor if sampler in MH else 1
             warmup, draws = (min(f * n, max(n, 20000)) for n in (args.warmup, args.draws))
             r = measure(model, sampler, args.chains, warmup, draws, args.seed)
