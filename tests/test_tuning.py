@@ -203,6 +203,22 @@ def test_gp_carried_grid_posterior_matches_a_fresh_factorisation():
     assert gp.n_unique > 40
 
 
+def test_gp_single_point_prediction_matches_the_batch():
+    """DIRECT asks for one point at a time: that path (A⁻¹ kept with the factor) gives
+    the batch prediction, also after more data."""
+    rng = np.random.default_rng(1)
+    gp = GaussianProcess([0.2, 0.3])
+    X = rng.random((40, 2))
+    for round_ in range(3):
+        for x in rng.random((15, 2)):
+            gp.add(x, rng.normal())
+            gp.add(x, rng.normal())  # repeats too
+        mean, var = gp.predict(X)
+        one = [gp.predict(X[i:i + 1]) for i in range(len(X))]
+        np.testing.assert_allclose([m[0] for m, _ in one], mean, atol=1e-12)
+        np.testing.assert_allclose([v[0] for _, v in one], var, atol=1e-12)
+
+
 # ----------------------------------------------------------------------------- the tuner
 def test_scale_after_rewards_1_3_2():
     tuner = BayesOptTuner(hmc_box(), seed=0, maximizer=lambda acq, box: box.low)  # cheap maximiser

@@ -114,9 +114,22 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
     (defaults here: ``maxfun=2000``, ``maxiter=10000``, ``locally_biased=True``).
     """
     kwargs.setdefault("maxiter", 10000)
+    dims = [(d.low, d.width, d.integer) for d in box.dims]
+
+    def snapped(u: np.ndarray) -> np.ndarray:
+        """``box.to_unit(box.unit_to_box(u))`` for one point, in plain Python (DIRECT
+        calls this thousands of times per maximisation)."""
+        out = []
+        for (low, width, integer), ui in zip(dims, u.tolist()):
+            if width == 0:
+                out.append(0.0)
+                continue
+            v = low + min(max(ui, 0.0), 1.0) * width
+            out.append(((round(v) if integer else v) - low) / width)  # ties to even
+        return np.array([out])
 
     def neg(u: np.ndarray) -> float:
-        val = float(np.asarray(acq(box.to_unit(box.unit_to_box(u))[None, :])).ravel()[0])
+        val = float(np.asarray(acq(snapped(u))).ravel()[0])
         return -val if math.isfinite(val) else math.inf
 
     res = _scipy_direct(neg, [(0.0, 1.0)] * box.ndim, maxfun=maxfun, **kwargs)

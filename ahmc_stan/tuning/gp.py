@@ -107,6 +107,7 @@ class GaussianProcess:
         self._sum: list[float] = []
         self._count: list[int] = []
         self._factor: tuple[np.ndarray, np.ndarray] | None = None  # (lower Cholesky L, α)
+        self._point: tuple[np.ndarray, np.ndarray] | None = None   # scaled inputs, A⁻¹
         # Cross-kernel cache for one fixed, read-only candidate array (the tuner's grid):
         # a new distinct input then costs one new column instead of a full recomputation.
         # Capped at ``cache_max_elements`` doubles (160 MB); beyond that, recompute.
@@ -166,8 +167,21 @@ class GaussianProcess:
         self._factor = None
 
     # ------------------------------------------------------------ posterior
+    def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
+        """Mean and variance at one point from ``A⁻¹`` and the scaled inputs, kept with
+        the factorisation."""
+        L, alpha = self._factorise()
+        if self._point is None:
+            Linv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
+            self._point = (self.inputs / self.length_scales, Linv.T @ Linv)
+        scaled, Ainv = self._point
+        diff = scaled - x / self.length_scales
+        k = self.signal_var * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
+        return float(k @ alpha), max(self.signal_var - float(k @ (Ainv @ k)), 0.0)
+
     def _factorise(self) -> tuple[np.ndarray, np.ndarray]:
         if self._factor is None:
+            self._point = None
             X = self.inputs
             noise = self.noise_var / self.counts
             K = se_ard_kernel(X, X, self.length_scales, self.signal_var)
@@ -215,6 +229,9 @@ class GaussianProcess:
         if self.n_unique == 0:
             mean = np.zeros(m)
             return (mean, np.full(m, self.signal_var)) if return_var else mean
+        if m == 1 and return_var:  # a maximiser's single point (DIRECT): few numpy calls
+            mean, var = self._predict_point(X[0])
+            return np.array([mean]), np.array([var])
         cached = None if X.flags.writeable else self._cross_kernel(X)
         if cached is not None and return_var:
             return self._carried_predict(cached)
