@@ -124,7 +124,7 @@ class HMCKernel:
         (``ahmc_hmc_adapt_block``), as :func:`ahmc_stan.tuning.hmc_warmup.adapt_steps`
         describes; ``averager`` (a :class:`~ahmc_stan.tuning.step_size.DualAveraging`)
         is advanced to where the block left it."""
-        from .tuning.hmc_warmup import AdaptedSteps, _steps_bound
+        from .tuning.hmc_warmup import AdaptedSteps
 
         seed = int(rng.integers(0, 2**63))
         x, grad = state.position.copy(), state.logdensity_grad.copy()
@@ -139,5 +139,4 @@ class HMCKernel:
                        out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
                        out["energy"], out["lp"])
         return HMCState(x, lp, grad), AdaptedSteps(
-            info, out["step_size"], _steps_bound(out["step_size"], path_length, max_steps),
-            out.get("grads"))
+            info, out["step_size"], out["num_steps_max"].astype(int), out.get("grads"))

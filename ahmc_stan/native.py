@@ -36,7 +36,7 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_hmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, ctypes.c_uint64,
                               _double, *[_ptr] * 11]),
     "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _int, _int, _double, _int, _ptr,
-                                    ctypes.c_uint64, _double, _double, *[_ptr] * 16]),
+                                    ctypes.c_uint64, _double, _double, *[_ptr] * 17]),
     "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
     "ahmc_mh_block": (_int, [_ptr, _int, _int, _int, _int, _int, _int, ctypes.c_uint64,
                              *[_ptr] * 11]),
@@ -177,9 +177,11 @@ class NativeDensity:
         takes ε below ``min_step_size``; ``step_jitter`` = j > 0 uses ε·U(1 − j, 1 + j).
         Returns (log density of the final state, the
         per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
-        ``step_size`` and, with ``want_grads``, ``grads``)."""
+        ``step_size``, ``num_steps_max`` (the L of each iteration) and, with
+        ``want_grads``, ``grads``)."""
         out = self._block_outputs(n_iter)
         out["step_size"] = np.empty(n_iter)
+        out["num_steps_max"] = np.empty(n_iter, np.intc)
         grads = np.empty((n_iter, self.dims)) if want_grads else None
         n_done = ctypes.c_int()
         state = np.ascontiguousarray(state, dtype=float)
@@ -190,7 +192,8 @@ class NativeDensity:
                 float(step_jitter), *metric_args(inv_metric), seed, max_energy_error, min_step_size,
                 state.ctypes.data, params.ctypes.data, x.ctypes.data, grad.ctypes.data,
                 self._lp_ptr, ctypes.addressof(n_done), out["step_size"].ctypes.data,
-                out["n_steps"].ctypes.data, out["draws"].ctypes.data,
+                out["num_steps_max"].ctypes.data, out["n_steps"].ctypes.data,
+                out["draws"].ctypes.data,
                 None if grads is None else grads.ctypes.data,
                 *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS if k != "draws")):
             raise ValueError("the dense inverse metric is not positive definite")

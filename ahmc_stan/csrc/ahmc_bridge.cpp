@@ -859,7 +859,7 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
 // > 0 (Neal 2011, section 5.4.2.2), makes the HMC transition of ahmc_hmc_block, then
 // updates the dual-averaging `state` = {mu, counter, s_bar, x_bar, log eps} with its
 // acceptance probability towards `params` = {target, gamma, t0, kappa}.  Per iteration
-// it writes what ahmc_hmc_block writes, plus the eps used and L; `grads` (nullable) gets
+// it writes what ahmc_hmc_block writes, plus the eps used and L (`num_steps_max`); `grads` (nullable) gets
 // the gradient at each iteration's state (row i).  The block stops early, after the
 // iteration whose update takes eps below `min_eps` (a collapsing warmup, see
 // ahmc_stan/tuning/stuck.py); `*n_done` is the number of iterations made.  Returns 0, or
@@ -869,8 +869,8 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
                          const double* inv_metric, uint64_t seed,
                          double max_energy_error, double min_eps, double* state,
                          const double* params, double* x, double* grad, double* lp,
-                         int* n_done, double* step_size, int* n_steps, double* draws,
-                         double* grads, double* accept_prob, int* accepted,
+                         int* n_done, double* step_size, int* num_steps_max, int* n_steps,
+                         double* draws, double* grads, double* accept_prob, int* accepted,
                          int* divergent, double* energy, double* lp_out, int* n_grad) {
   hmc_transitions chain(m, metric, inv_metric, seed, max_energy_error, x, grad, *lp);
   if (!chain.ok()) return 1;
@@ -882,6 +882,7 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
     const double eps = std::exp(log_eps);
     const double steps = path_length > 0 ? std::round(path_length / eps) : max_steps;
     const int max_l = steps < 1 ? 1 : steps > max_steps ? max_steps : static_cast<int>(steps);
+    num_steps_max[i] = max_l;
     step_size[i] = step_jitter > 0
         ? eps * (1 + step_jitter * (2 * chain.rng().uniform_positive() - 1)) : eps;
     chain.step(i, step_size[i], max_l, jitter, n_steps, draws, grads, accept_prob, accepted,
