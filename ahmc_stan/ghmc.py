@@ -94,7 +94,8 @@ class GHMCKernel:
     max_energy_error = 1000.0
 
     def __init__(self, density: NativeDensity, trajectory: Trajectory,
-                 inv_metric: InvMetric = None, num_candidates: int | None = None):
+                 inv_metric: InvMetric = None, num_candidates: int | None = None,
+                 native_leapfrog: bool = False):
         if inv_metric is not None and np.ndim(inv_metric) != 1:
             raise ValueError("generalised HMC here needs an identity or diagonal metric")
         self.density = density
@@ -102,6 +103,11 @@ class GHMCKernel:
         self.inv_metric = (None if inv_metric is None
                            else np.ascontiguousarray(inv_metric, dtype=float))
         self.num_candidates = num_candidates
+        #: the trajectory is the plain leapfrog and the momentum update ordered
+        #: overrelaxation: whole blocks run in C++ (``ahmc_ohmc_block``), with their own
+        #: random stream; the Python loop below is the reference
+        self.native_leapfrog = bool(native_leapfrog and num_candidates is not None
+                                    and getattr(density, "native", False))
 
     def init(self, position: np.ndarray, rng: np.random.Generator | None = None
              ) -> GHMCState:
@@ -137,6 +143,15 @@ class GHMCKernel:
         x, grad, lp = state.position.copy(), state.logdensity_grad.copy(), state.logdensity
         p = (self.fresh_momentum(rng, dims) if state.momentum is None
              else state.momentum.copy())
+        if self.native_leapfrog:
+            lp, out, _ = self.density.ohmc_block(
+                params.step_size, params.num_steps, params.jitter, self.inv_metric,
+                self.num_candidates, int(rng.integers(0, 2**63)), n_iter,
+                self.max_energy_error, x, grad, lp, p)
+            info = GHMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+                            out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
+                            out["energy"], out["lp"], {})
+            return GHMCState(x, lp, grad, p), info
         out = {k: np.empty(n_iter) for k in ("accept", "energy", "lp")}
         flags = {k: np.zeros(n_iter, bool) for k in ("accepted", "divergent")}
         n_steps = np.empty(n_iter, int)

@@ -95,3 +95,58 @@ def test_same_seed_same_draws(gauss2d):
     c = tune_and_sample(gauss2d, "gadmala", seed=12, **run)
     np.testing.assert_array_equal(a.params, b.params)
     assert not np.array_equal(a.params, c.params)
+
+
+# ---- OHMC's C++ block (ahmc_ohmc_block) against GHMCKernel's Python loop -----------------
+
+class _Replay:
+    """Stands in for the Generator of GHMCKernel.run, handing out the noise the C++ block
+    drew, in the order the Python loop asks for it: L_r, the candidates, u."""
+
+    def __init__(self, row, k, n):
+        self.row, self.k, self.n = row, k, n
+
+    def integers(self, low, high, endpoint=False):
+        return int(self.row[0])
+
+    def standard_normal(self, shape):
+        return self.row[1:1 + self.k * self.n].reshape(self.k, self.n)
+
+    def uniform(self):
+        return float(self.row[-1])
+
+
+@pytest.mark.parametrize("diagonal", [False, True], ids=["identity", "diagonal"])
+def test_ohmc_block_is_the_python_iteration(logistic_model, diagonal):
+    from ahmc_stan.ghmc import GHMCKernel, GHMCState
+    from ahmc_stan.hmc import HMCParameters
+    from ahmc_stan.samplers.ohmc import leapfrog_trajectory
+
+    model, k = logistic_model, 5
+    inv_metric = np.linspace(0.5, 2.0, model.dims) if diagonal else None
+    reference = GHMCKernel(model.density,
+                           leapfrog_trajectory(model.density, None, None, inv_metric, None),
+                           inv_metric, num_candidates=k)
+    rng = np.random.default_rng(5)
+    state = reference.init(np.linspace(-0.2, 0.2, model.dims), rng)
+    accepted = []
+    for i in range(40):
+        eps = 0.05 if i % 3 else 0.4  # some rejections, so the flip is exercised
+        params = HMCParameters(eps, 8)
+        x, grad, p = (state.position.copy(), state.logdensity_grad.copy(),
+                      state.momentum.copy())
+        lp, out, noise = model.density.ohmc_block(eps, 8, True, inv_metric, k, 100 + i, 1,
+                                                  1000.0, x, grad, state.logdensity, p,
+                                                  want_noise=True)
+        ref_state, info = reference.run(_Replay(noise[0], k, model.dims), state, params, 1)
+        assert out["n_steps"][0] == info.num_steps[0]
+        assert out["n_grad"][0] == info.num_grad[0]
+        assert bool(out["accepted"][0]) == bool(info.is_accepted[0])
+        assert out["accept_prob"][0] == pytest.approx(info.acceptance_rate[0], rel=1e-9)
+        assert out["energy"][0] == pytest.approx(info.energy[0], rel=1e-9)
+        np.testing.assert_allclose(x, ref_state.position, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(p, ref_state.momentum, rtol=1e-12, atol=1e-14)
+        assert lp == pytest.approx(ref_state.logdensity, rel=1e-12)
+        accepted.append(bool(out["accepted"][0]))
+        state = GHMCState(x, lp, grad, p)
+    assert 0 < np.mean(accepted) < 1

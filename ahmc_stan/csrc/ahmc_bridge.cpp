@@ -900,6 +900,83 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
   return 0;
 }
 
+// `n_iter` iterations of generalised HMC with Neal's ordered overrelaxation of the
+// persistent momentum (OHMC: ahmc_stan/ghmc.py, GHMCKernel.run with the leapfrog, and
+// ahmc_stan/momentum.py), from (x, grad, lp, p), all updated in place; identity (`metric`
+// 0) or diagonal (1) inverse metric.  Iteration i draws, in this order and from `seed`:
+// L_r ~ Uniform{1..max_steps} (max_steps without `jitter`), the K x n candidates of the
+// overrelaxation (k-major), and u ~ Uniform(0, 1].  The momentum becomes p* = -OR(p)
+// (per component: r = the candidates below p_j / sd_j, take the value of rank K - r among
+// the K + 1), then the leapfrog runs from (x, p*), the proposal is accepted iff
+// log u < -dH (a non-finite dH rejects and is divergent, as is dH > `max_energy_error`),
+// and a rejection flips the momentum.  Per iteration it writes what ahmc_hmc_block writes;
+// `noise` (nullable) gets L_r, the candidates and u (K n + 2 values), for tests.
+int ahmc_ohmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int jitter,
+                    int metric, const double* inv_metric, int num_candidates, uint64_t seed,
+                    double max_energy_error, double* x, double* grad, double* lp, double* p,
+                    int* n_steps, double* draws, double* accept_prob, int* accepted,
+                    int* divergent, double* energy, double* lp_out, int* n_grad,
+                    double* noise) {
+  const int n = m->param_unc_num, k = num_candidates;
+  block_rng rng(seed);
+  vector_d xc = Eigen::Map<const vector_d>(x, n), gc = Eigen::Map<const vector_d>(grad, n),
+           pc = Eigen::Map<const vector_d>(p, n), xn(n), gn(n), pn(n), work(n);
+  std::vector<double> cand(static_cast<size_t>(k) * n), column(k + 1);
+  double lpc = *lp;
+  for (int i = 0; i < n_iter; ++i) {
+    n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
+    for (double& c : cand) c = rng.normal();
+    for (int j = 0; j < n; ++j) {  // p*_j = -OR(p)_j
+      const double sd = metric == 1 ? 1.0 / std::sqrt(inv_metric[j]) : 1.0;
+      const double z = pc[j] / sd;
+      int below = 0;
+      for (int c = 0; c < k; ++c) {
+        column[c] = cand[static_cast<size_t>(c) * n + j];
+        below += column[c] < z;
+      }
+      column[k] = z;
+      std::nth_element(column.begin(), column.begin() + (k - below), column.end());
+      pc[j] = -column[k - below] * sd;
+    }
+    const double u = rng.uniform_positive();
+    if (noise) {
+      noise[0] = n_steps[i];
+      std::copy(cand.begin(), cand.end(), noise + 1);
+      noise[1 + cand.size()] = u;
+      noise += cand.size() + 2;
+    }
+    const double h0 = -lpc + kinetic_energy(metric, inv_metric, pc, work);
+    xn = xc;
+    pn = pc;
+    gn = gc;
+    double lpn = lpc;
+    n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xn, pn, gn, &lpn, work);
+    const double h1 = -lpn + kinetic_energy(metric, inv_metric, pn, work);
+    const double log_ratio = h0 - h1;
+    const bool finite = std::isfinite(log_ratio);
+    accept_prob[i] = finite ? std::exp(std::min(0.0, log_ratio)) : 0.0;
+    divergent[i] = !finite || h1 - h0 > max_energy_error;
+    accepted[i] = finite && std::log(u) < log_ratio;
+    if (accepted[i]) {
+      xc.swap(xn);
+      gc.swap(gn);
+      pc.swap(pn);
+      lpc = lpn;
+      energy[i] = h1;
+    } else {
+      pc = -pc;  // the momentum flip on rejection
+      energy[i] = h0;
+    }
+    std::copy(xc.data(), xc.data() + n, draws + static_cast<size_t>(i) * n);
+    lp_out[i] = lpc;
+  }
+  std::copy(xc.data(), xc.data() + n, x);
+  std::copy(gc.data(), gc.data() + n, grad);
+  std::copy(pc.data(), pc.data() + n, p);
+  *lp = lpc;
+  return 0;
+}
+
 // `n` momenta (rows of `out`) from N(0, M) drawn as ahmc_hmc_block draws them (for
 // tests of the generator).  Returns 0, or 1 when a dense `inv_metric` is not positive
 // definite.

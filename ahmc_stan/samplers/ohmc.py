@@ -58,7 +58,8 @@ def ghmc_blocks(make_trajectory: Callable, num_candidates: int | None) -> Callab
     fresh when the blocks start (the metric is fixed from then on)."""
     def make_blocks(kernel, rng, state, inv_metric, rec):
         trajectory = make_trajectory(kernel.density, rng, state.position, inv_metric, rec)
-        ghmc = GHMCKernel(kernel.density, trajectory, inv_metric, num_candidates)
+        ghmc = GHMCKernel(kernel.density, trajectory, inv_metric, num_candidates,
+                          native_leapfrog=make_trajectory is leapfrog_trajectory)
         current = GHMCState(state.position, state.logdensity, state.logdensity_grad,
                             ghmc.fresh_momentum(rng, len(state.position)))
 
