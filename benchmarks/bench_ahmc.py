@@ -86,14 +86,11 @@ def measure(name: str, model: ahmc_stan.StanModel, warmup: int, draws: int,
 
 
 def main() -> None:
-    gauss = ahmc_stan.StanModel(ROOT / "stan_models/std_normal.stan", {"D": 10})
-    rows = [measure("10-d std normal", gauss, 1000, 20000, adapt) for adapt in (True, False)]
-    rng = np.random.default_rng(0)
-    n, k = 500, 99
-    X = rng.normal(size=(n, k))
-    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-X @ rng.normal(size=k) * 0.3))).astype(int)
-    logistic = ahmc_stan.StanModel(ROOT / "stan_models/logistic.stan",
-                                   {"N": n, "K": k, "X": X, "y": y, "prior_sd": 10.0})
+    from bench_samplers import load  # the same models as the samplers' benchmark
+
+    rows = [measure("10-d std normal", load("std10"), 1000, 20000, adapt)
+            for adapt in (True, False)]
+    logistic = load("logistic100")
     rows += [measure("logistic regression, N=500", logistic, 1000, 2000, adapt)
              for adapt in (True, False)]
     keys = list(rows[0])

@@ -1040,7 +1040,7 @@ class mh_chain {
         sq_grad_(sq_grad, sq_grad ? n_ : 0, n_), mean_(mean), x_(Eigen::Map<const vector_d>(x, n_)),
         gx_(Eigen::Map<const vector_d>(grad, n_)), lp_(lp),
         eps_(am ? 2 * n_ : n_), y_(n_), gy_(n_), a_(n_), ux_(n_), uy_(n_),
-        tmp_(n_), c_(n_), hv_(n_), row_grad_(n_) {}
+        tmp_(n_), c_(n_), hv_(n_), w_exact_a_(n_), row_grad_(n_) {}
 
   int noise_dims() const { return static_cast<int>(eps_.size()); }
 
@@ -1172,9 +1172,10 @@ class mh_chain {
           w = e;
         } else {  // u_x = L'g_x, u_y = L'g_y from step()
           if (exact_) {  // c = -H(L(a + u_y/2))/2, a = eps + u_x/2
-            vector_d a = e + 0.5 * ux_;
-            vector_d v;
-            times_l(a + 0.5 * uy_, v);
+            w_exact_a_ = e + 0.5 * ux_;  // preallocated: no allocation per iteration
+            c_ = w_exact_a_ + 0.5 * uy_;
+            vector_d& v = tmp_;          // free until u is set below
+            times_l(c_, v);
             double lp_h;
             *n_hvp += 1;
             try {
@@ -1187,7 +1188,6 @@ class mh_chain {
             if (ok) {
               c_ = -0.5 * hv_;
               times_lt(c_, hv_);  // hv_ <- L'c
-              w_exact_a_ = a;
               extra = true;
             }
           }

@@ -167,14 +167,20 @@ class GaussianProcess:
         self._factor = None
 
     # ------------------------------------------------------------ posterior
-    def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
-        """Mean and variance at one point from ``A⁻¹`` and the scaled inputs, kept with
-        the factorisation."""
-        L, alpha = self._factorise()
+    def _inverse(self) -> np.ndarray:
+        """``A⁻¹ = (K + diag(σ_η²/n_j))⁻¹`` from the Cholesky factor, kept with it (with
+        the scaled inputs, for :meth:`_predict_point`)."""
+        L, _ = self._factorise()
         if self._point is None:
             Linv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
             self._point = (self.inputs / self.length_scales, Linv.T @ Linv)
-        scaled, Ainv = self._point
+        return self._point[1]
+
+    def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
+        """Mean and variance at one point from ``A⁻¹`` and the scaled inputs."""
+        _, alpha = self._factorise()
+        Ainv = self._inverse()
+        scaled = self._point[0]
         diff = scaled - x / self.length_scales
         k = self.signal_var * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
         return float(k @ alpha), max(self.signal_var - float(k @ (Ainv @ k)), 0.0)
@@ -299,9 +305,7 @@ class GaussianProcess:
 
     def _carry_from_scratch(self, Kc: np.ndarray, noise: np.ndarray) -> dict:
         """``A⁻¹``, ``W = Kc A⁻¹`` and ``q`` from a Cholesky factorisation of ``A``."""
-        L, _ = self._factorise()
-        Linv = solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False)
-        Ainv = Linv.T @ Linv
+        Ainv = self._inverse().copy()  # updated in place from here on
         W = Kc @ Ainv
         return {"grid": self._cand, "Ainv": Ainv, "W": W, "q": np.einsum("ij,ij->i", W, Kc),
                 "noise": noise.copy(), "updates": 0}
