@@ -158,3 +158,42 @@ def test_paths_start_short_with_a_metric_from_gradients():
     cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // REPORT_EVERY)
     assert (bound <= cap).all()
     assert (bound[:100] == cap[:100]).all()  # the cap binds until the first estimate
+
+
+# ---- fallback to Stan's diagonal -------------------------------------------------------------
+
+def test_metric_fallback_rule():
+    """More than 2 % of the last window's iterations, and more than 2, diverged."""
+    from ahmc_stan.tuning.hmc_warmup import metric_fallback
+
+    def window(n, divergent):
+        return np.arange(n) < divergent
+
+    assert not metric_fallback(window(200, 4))
+    assert metric_fallback(window(200, 5))
+    assert not metric_fallback(window(50, 2))
+    assert metric_fallback(window(50, 3))
+    assert not metric_fallback(window(0, 0))
+
+
+def test_a_diverging_gradient_metric_falls_back_to_stans_diagonal(mvn_model, monkeypatch):
+    """When the rule fires (forced here: no small model diverges the way Caravan does,
+    ``comparisons/nuts_peers.py``), the chain's metric is Stan's regularised variance of
+    its last window's draws, and the fallback is logged with that window and its
+    divergences; otherwise nothing is logged."""
+    from ahmc_stan.tuning import hmc_warmup
+    from ahmc_stan.tuning.windows import regularized_inv_metric
+
+    kw = dict(chains=1, warmup=400, draws=10, seed=3, metric="low_rank", parallel=False,
+              progress=False, diagnose=False)
+    assert tune_and_sample(mvn_model, **kw).metadata["chains"][0]["metric_fallback"] is None
+    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent: True)
+    fit = tune_and_sample(mvn_model, **kw)
+    start, end = adaptation_windows(200)[-1]
+    log = fit.metadata["chains"][0]["metric_fallback"]
+    assert log["metric"] == "low_rank" and log["to"] == "diag"
+    assert log["window"] == [start, end]
+    assert log["divergent"] == fit.warmup_sampler_stats["divergent"][0][start:end].sum()
+    np.testing.assert_allclose(
+        fit.inv_metric[0],
+        regularized_inv_metric(fit.warmup_draws[0, start:end, :3], dense=False), rtol=1e-12)

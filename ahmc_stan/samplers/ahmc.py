@@ -29,7 +29,7 @@ half a period (π) of a unit-scale Gaussian direction at the reference step size
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -67,17 +67,18 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
-                 adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None):
+                 adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
+                 notes: Callable[[dict], None] | None = None):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
-    phase 0; ``progress(rec.n)`` every 25 iterations.  Returns (state, inverse metric,
-    ε*)."""
+    phase 0; ``progress(rec.n)`` every 25 iterations, ``notes`` as ``hmc_warmup``'s.
+    Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
                 phase=0)
 
     return hmc_warmup(kernel, rng, state, n_iter, metric, record,
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
-                      restarts=restarts,
+                      restarts=restarts, notes=notes,
                       progress=None if progress is None else lambda: progress(rec.n))
 
 
@@ -106,7 +107,9 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
 
     ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
     ``"identity"`` or a fixed array): the scale phase's inverse metric
-    (:mod:`ahmc_stan.tuning.hmc_warmup`); ``comparisons/nuts_peers.py`` measures them.
+    (:mod:`ahmc_stan.tuning.hmc_warmup`); ``comparisons/nuts_peers.py`` measures them.  A
+    chain whose ``low_rank`` or ``fisher`` metric diverged in its last window uses Stan's
+    diagonal instead, logged in ``extras["metric_fallback"]`` (``None`` otherwise).
 
     ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
@@ -169,13 +172,14 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         raise ValueError(f"no scale phase (warmup={warmup}, scale_fraction={scale_fraction}),"
                          " from which the box over (step size, steps) is derived: give "
                          "box=((eps_lo, eps_hi), (L_lo, L_hi)) or a longer warmup")
-    tuner, inv_metric, eps_ref = None, None, None
+    tuner, inv_metric, eps_ref, notes = None, None, None, {}
     with rec.running(warmup):
         while True:
+            notes.clear()  # of a discarded attempt
             try:
                 state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
                                                           rec, max_num_steps, restarts,
-                                                          adapt_delta, progress)
+                                                          adapt_delta, progress, notes.update)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
@@ -194,4 +198,5 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                          options=options, chain_start=rec.chain_start, progress=progress,
                          callback=callback)
     return rec.finish({"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
-                       "restarts": restarts.records, **tuning_extras(tuner)})
+                       "restarts": restarts.records,
+                       "metric_fallback": notes.get("metric_fallback"), **tuning_extras(tuner)})

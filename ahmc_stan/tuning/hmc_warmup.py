@@ -20,7 +20,9 @@ metric of which only ε is adapted.  All metrics are estimated in Stan's windows
 windows let a chain that is slow there bake its slowness into the metric).  With the
 gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
 doubled every :data:`REPORT_EVERY` iterations): their draws need only span the space, not
-be independent.
+be independent.  A gradient-based metric whose last window diverged in more than
+:data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
+the same draws (:func:`metric_fallback`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from .step_size import DualAveraging, initial_step_size
 from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
                       regularized_inv_metric)
 
-__all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "AdaptedSteps", "METRICS",
-           "EARLY_MAX_STEPS"]
+__all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "metric_fallback", "AdaptedSteps",
+           "METRICS", "EARLY_MAX_STEPS", "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
@@ -46,6 +48,22 @@ EARLY_MAX_STEPS = 10
 
 #: Iterations between progress reports (and so the longest call into the kernel).
 REPORT_EVERY = 25
+
+#: A gradient-based metric falls back to Stan's diagonal when more than this share of its
+#: last window's iterations (and more than two) diverged (:func:`metric_fallback`).
+FALLBACK_DIVERGENT = 0.02
+
+
+def metric_fallback(divergent: np.ndarray) -> bool:
+    """Whether the draws-and-gradients estimate of the last window should give way to
+    Stan's diagonal estimate from the draws alone: more than :data:`FALLBACK_DIVERGENT` of
+    the window's iterations (and more than 2) diverged.  Divergences there say that the
+    curvature changes across the region the window visited; the gradient-based estimates
+    fit the curvature *where the window was*, and their reference step size and box over
+    (ε, L) then differ from chain to chain and keep out the long paths such a posterior
+    needs, while the draws' variances set a small ε and so a box that reaches them."""
+    divergent = np.asarray(divergent, dtype=bool)
+    return int(divergent.sum()) > max(2, FALLBACK_DIVERGENT * len(divergent))
 
 
 @dataclass(frozen=True)
@@ -124,15 +142,17 @@ def check_stuck(detector, steps: AdaptedSteps, averager: DualAveraging, done: in
 def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
                adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
-               progress: Callable[[], None] | None = None):
+               progress: Callable[[], None] | None = None,
+               notes: Callable[[dict], None] | None = None):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
     (module docstring for ``metric``); ``record(steps)`` after every call into the
     kernel, ``progress()`` every :data:`REPORT_EVERY` iterations.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
-    :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  Returns (state, inverse metric, ε*),
-    ε* ``None`` when ``n_iter`` is 0."""
+    :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
+    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``.
+    Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
     if not fixed and metric not in METRICS:
@@ -160,7 +180,8 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         return state, inv_metric, None
     averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
-    positions, grads = [], []
+    positions, grads, divergent = [], [], []
+    last_window_end = max(window_start, default=None)
     it = 0
     while it < n_iter:
         stop = min([n_iter, (it // REPORT_EVERY + 1) * REPORT_EVERY,
@@ -170,6 +191,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                                    path_length, cap(it), floor, from_gradients)
         record(steps)
         positions.append(steps.info.positions)
+        divergent.append(steps.info.is_divergent)
         if from_gradients:
             grads.append(steps.grads)
         check_stuck(detector, steps, averager, it)
@@ -179,7 +201,14 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         if it in window_start:
             start = window_start[it]
             window = np.concatenate(positions)[start:it]
-            if from_gradients:
+            diverged = np.concatenate(divergent)[start:it]
+            if from_gradients and it == last_window_end and metric_fallback(diverged):
+                inv_metric = regularized_inv_metric(window, dense=False)
+                if notes is not None:
+                    notes({"metric_fallback": {
+                        "metric": metric, "to": "diag", "window": [start, it],
+                        "divergent": int(diverged.sum())}})
+            elif from_gradients:
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
                 inv_metric = estimate(window, np.concatenate(grads)[start:it])
             else:
