@@ -81,9 +81,18 @@ def model_key(model) -> str:
         [str(lib.resolve()), stamp, str(seed), model.data_json]).encode()).hexdigest()[:24]
 
 
-def _method(model, kind: str, third_method: str) -> str:
+def _hessian_by_differences(model, hessian_method: str) -> bool:
+    """Whether Hessians are asked for as our differences of gradients where the library
+    has autodiff ones (a library without them differences gradients itself)."""
+    return model.density.resolve_hessian_method(hessian_method) == "gradient" and \
+        model.density.hessian_autodiff
+
+
+def _method(model, kind: str, third_method: str, hessian_method: str = "auto") -> str:
     """The entry name of ``kind``: the kind and the method that computes it."""
     kernel = model.density
+    if kind == "hessian" and _hessian_by_differences(model, hessian_method):
+        return "hessian/gradient"
     if kind in ("hvp", "hessian"):
         return f"{kind}/{model.hessian_method}"
     if kind == "third":
@@ -127,7 +136,7 @@ def _per_call(fn, n: int) -> float:
 class _Calls:
     """Zero-argument ctypes calls of each kind at one point, buffers preallocated."""
 
-    def __init__(self, model, x: np.ndarray, third_method: str):
+    def __init__(self, model, x: np.ndarray, third_method: str, hessian_method: str = "auto"):
         self.model, self.model_density = model, model.density
         n = model.dims
         self.x = np.ascontiguousarray(x, dtype=float)
@@ -136,7 +145,7 @@ class _Calls:
         self.hess, self.eye = np.empty((n, n)), np.eye(n)
         self.third = np.empty((n,) * 3) if n <= 400 else None
         self.lp = ctypes.c_double()
-        self.third_method = third_method
+        self.third_method, self.hessian_method = third_method, hessian_method
         handle = model.bridge.model
         xp, lpp, gp = self.x.ctypes.data, ctypes.addressof(self.lp), self.grad.ctypes.data
         vp, op = self.v.ctypes.data, self.out.ctypes.data
@@ -153,8 +162,8 @@ class _Calls:
         self.hvp = lambda: h(handle, True, True, xp, vp, lpp, op, None)
 
     def hessian(self):
-        return 0 if np.isfinite(self.model_density.log_density_hessian(self.x, self.grad,
-                                                                 self.hess)) else 1
+        return 0 if np.isfinite(self.model_density.log_density_hessian(
+            self.x, self.grad, self.hess, self.hessian_method)) else 1
 
     def call(self, kind: str):
         """The zero-argument call of ``kind``."""
@@ -175,11 +184,12 @@ class _Calls:
         raise ValueError(f"unknown cost kind {kind!r}")
 
 
-def _measure(model, kinds: list[str], x: np.ndarray, third_method: str) -> dict[str, dict]:
+def _measure(model, kinds: list[str], x: np.ndarray, third_method: str,
+             hessian_method: str = "auto") -> dict[str, dict]:
     """Time ``kinds`` and the gradient at ``x``; entry name → record.  Each kind is timed
     in rounds alternating with the gradient (through ctypes and inside C++), so both see
     the same conditions; the minimum per call over the rounds is kept."""
-    calls = _Calls(model, x, third_method)
+    calls = _Calls(model, x, third_method, hessian_method)
     native = model.density.native
     n_grad = _loop_size(calls.gradient)
     grad_py, grad_c = [math.inf], [math.inf]
@@ -207,7 +217,7 @@ def _measure(model, kinds: list[str], x: np.ndarray, third_method: str) -> dict[
     out = {}
     for kind, (seconds_py, failed) in timed.items():
         seconds = max(seconds_py - overhead, 0.1 * seconds_py)
-        out[_method(model, kind, third_method)] = {
+        out[_method(model, kind, third_method, hessian_method)] = {
             "ratio": seconds / grad, "seconds": seconds, "seconds_with_call": seconds_py,
             "gradient_seconds": grad, "call_overhead_seconds": overhead,
             "failed_at_point": bool(failed), "dims": model.dims, "clock": "thread CPU time",
@@ -272,11 +282,13 @@ def _write(path: Path, model, entries: dict) -> None:
 
 
 def cost_units(model, kinds: Iterable[str], *, third_method: str = "auto",
-               x: np.ndarray | None = None, refresh: bool = False) -> dict[str, float]:
+               hessian_method: str = "auto", x: np.ndarray | None = None,
+               refresh: bool = False) -> dict[str, float]:
     """Seconds of one evaluation of each of ``kinds`` (:data:`KINDS`) over seconds of one
     gradient, on ``model`` (a :class:`~ahmc_stan.model.StanModel`): ``{"gradient": 1.0,
     kind: ratio, ...}``.  ``third_method`` is the third-derivative method the sampler
-    used (``"auto"``, ``"autodiff"``, ``"gradient"``, ``"hessian"``).  Measured at ``x``
+    used (``"auto"``, ``"autodiff"``, ``"gradient"``, ``"hessian"``), ``hessian_method``
+    its Hessians' (``"auto"``, ``"autodiff"``, ``"gradient"``).  Measured at ``x``
     (default, or where its gradient is not finite: one of Stan's random initial points)
     the first time a kind is asked for, then read from the cache (module docstring);
     ``refresh=True`` measures again."""
@@ -284,7 +296,7 @@ def cost_units(model, kinds: Iterable[str], *, third_method: str = "auto",
     kinds = [k for k in dict.fromkeys(kinds) if k != "gradient"]
     if not kinds:
         return units
-    names = {k: _method(model, k, third_method) for k in kinds}
+    names = {k: _method(model, k, third_method, hessian_method) for k in kinds}
     key = model_key(model)
     cached = {} if refresh else {n: _MEMORY[(key, n)] for n in names.values()
                                  if (key, n) in _MEMORY}
@@ -297,7 +309,8 @@ def cost_units(model, kinds: Iterable[str], *, third_method: str = "auto",
                 cached.update({n: entries[n] for n in names.values() if n in entries})
             todo = [k for k in kinds if names[k] not in cached]
             if todo:
-                measured = _measure(model, todo, _point(model, x), third_method)
+                measured = _measure(model, todo, _point(model, x), third_method,
+                                    hessian_method)
                 entries.update(measured)
                 cached.update(measured)
                 _write(path, model, entries)

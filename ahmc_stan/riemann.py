@@ -228,14 +228,16 @@ class RMHMCKernel:
     evaluations made (module docstring, "Cost"; ``num_grad`` is 0), ``num_leapfrog`` the
     steps, those of the reversibility check included; ``fixed_point_failures`` counts
     proposals rejected because a solve did not converge or the check failed (acceptance
-    statistic 0)."""
+    statistic 0).  ``hessian``: how Hessians are computed
+    (:meth:`~ahmc_stan.native.NativeDensity.log_density_hessian`, ``"auto"``: autodiff
+    where the library has it; ``"gradient"``: central differences of gradients)."""
 
     max_energy_error = 1000.0
 
     def __init__(self, density: NativeDensity, softness: float = DEFAULT_SOFTNESS,
                  fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
                  check_reversibility: bool = True, reversibility_tol: float = 1e-6,
-                 third_derivatives: str = "auto"):
+                 third_derivatives: str = "auto", hessian: str = "auto"):
         if softness <= 0:
             raise ValueError("softness must be positive")
         self.density = density
@@ -245,6 +247,7 @@ class RMHMCKernel:
         self.check_reversibility = bool(check_reversibility)
         # "auto" resolved once; an unknown or unavailable method fails here, not mid-chain
         self.third_method = density.resolve_third_method(third_derivatives)
+        self.hessian_method = density.resolve_hessian_method(hessian)
         self.reversibility_tol = float(reversibility_tol)
         n = density.dims
         self._grad = np.empty(n)
@@ -259,7 +262,7 @@ class RMHMCKernel:
         """The state at ``position`` (None where the density or a derivative is not
         finite); ``third=False`` skips the third derivatives (trial points)."""
         x = np.ascontiguousarray(position, dtype=float)
-        lp = self.density.log_density_hessian(x, self._grad, self._hess)
+        lp = self.density.log_density_hessian(x, self._grad, self._hess, self.hessian_method)
         self.totals["n_hessian"] += 1
         if not np.isfinite(lp):
             return None

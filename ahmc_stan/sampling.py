@@ -346,11 +346,11 @@ def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> d
                     if kind != "gradient" and stat in block and np.any(block[stat])})
     if not kinds:
         return {}
-    third = next((r.extras.get("third_derivatives") for r in results
-                  if r.extras.get("third_derivatives")), "auto")
+    third, hessian = (next((r.extras.get(key) for r in results if r.extras.get(key)), "auto")
+                      for key in ("third_derivatives", "hessian"))
     x = next((r.positions[-1] for r in results if len(r.positions)), None)
     try:
-        return cost_units(model, kinds, third_method=third, x=x)
+        return cost_units(model, kinds, third_method=third, hessian_method=hessian, x=x)
     except Exception as err:  # noqa: BLE001 — the draws stay usable without the units
         warnings.warn(f"could not measure the cost of {', '.join(kinds)} on "
                       f"{model.name}: {err}; ESS per gradient will be nan", RuntimeWarning)

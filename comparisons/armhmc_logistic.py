@@ -2,10 +2,13 @@
 regressions of seed 000 §5.1 that ship in a package (Pima, Ripley), from one run:
 
     python comparisons/armhmc_logistic.py [--chains 2] [--warmup 500] [--draws 1000] [--seed 1]
+                                          [--rmhmc 0.5x6,0.2x6] [--differences]
 
 ARMHMC and AHMC run with their defaults (derived boxes); RMHMC runs with fixed L at each
 ``--rmhmc EPSxL`` setting (default: Girolami & Calderhead's logistic-regression setting
-0.5x6, and 0.2x6, a smaller step that converges from dispersed starts).  Every chain starts from Stan's dispersed initial point.
+0.5x6, and 0.2x6, a smaller step that converges from dispersed starts; ``--rmhmc ""``
+skips them); ``--differences`` adds ARMHMC with its Hessians and third derivatives from
+differences of gradients.  Every chain starts from Stan's dispersed initial point.
 Prints, per data set, the ``compare`` table (ESS per gradient-equivalent, see
 :mod:`ahmc_stan.costs`) with the samplers' work: generalised leapfrog steps
 (``n_leapfrog``), gradients, Hessians and third-derivative tensors, and fixed-point
@@ -49,6 +52,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rmhmc", default="0.5x6,0.2x6",
                         help="RMHMC settings EPSxL, comma-separated (default 0.5x6,0.2x6)")
     parser.add_argument("--data", default="Pima,Ripley")
+    parser.add_argument("--differences", action="store_true",
+                        help="also ARMHMC with Hessians and third derivatives by differences "
+                             "of gradients (hessian='gradient', third_derivatives='gradient')")
     args = parser.parse_args(argv)
     run = dict(chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed)
     for name in args.data.split(","):
@@ -56,7 +62,11 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         fits = {"armhmc": ahmc_stan.tune_and_sample(model, sampler="armhmc",
                                                     progress=False, **run)}
-        for setting in args.rmhmc.split(","):
+        if args.differences:
+            fits["armhmc (differences)"] = ahmc_stan.tune_and_sample(
+                model, sampler="armhmc", progress=False, hessian="gradient",
+                third_derivatives="gradient", **run)
+        for setting in filter(None, args.rmhmc.split(",")):
             eps, steps = setting.split("x")
             fits[f"rmhmc (ε={eps}, L={steps})"] = ahmc_stan.tune_and_sample(
                 model, sampler="rmhmc", progress=False, step_size=float(eps),

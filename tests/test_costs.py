@@ -50,9 +50,9 @@ class CountingDensity:
         self.counts["gradient"] += 1
         return self.kernel.log_density_gradient(x, grad)
 
-    def log_density_hessian(self, x, grad, hess):
+    def log_density_hessian(self, x, grad, hess, method="auto"):
         self.counts["hessian"] += 1
-        return self.kernel.log_density_hessian(x, grad, hess)
+        return self.kernel.log_density_hessian(x, grad, hess, method)
 
     def third_derivatives(self, x, out, method="auto"):
         self.counts["third"] += 1
@@ -60,6 +60,9 @@ class CountingDensity:
 
     def resolve_third_method(self, *args, **kwargs):
         return self.kernel.resolve_third_method(*args, **kwargs)
+
+    def resolve_hessian_method(self, method):
+        return self.kernel.resolve_hessian_method(method)
 
 
 class CountingHVP:

@@ -54,6 +54,56 @@ def test_hessian_entry_point_matches_bridgestan(logistic_model):
     np.testing.assert_allclose(h, hess, rtol=1e-12, atol=1e-12)
 
 
+def test_hessian_by_differences_of_gradients(logistic_model, banana):
+    """``method="gradient"``: central differences of gradients agree with the autodiff
+    Hessian to ~1e-8 (truncation and rounding at a step of 6e-6), exactly symmetric, the
+    same log density and gradient; an unknown method is an error."""
+    rng = np.random.default_rng(4)
+    for model in (logistic_model, banana):
+        density = model.density
+        for x in rng.normal(scale=0.7, size=(3, model.dims)):
+            g1, h1, g2, h2 = (np.empty(model.dims), np.empty((model.dims,) * 2),
+                              np.empty(model.dims), np.empty((model.dims,) * 2))
+            lp1 = density.log_density_hessian(x, g1, h1, "autodiff")
+            lp2 = density.log_density_hessian(x, g2, h2, "gradient")
+            assert lp2 == pytest.approx(lp1, rel=1e-13)  # autodiff paths differ in the
+            np.testing.assert_allclose(g2, g1, rtol=1e-12)    # last bits
+            np.testing.assert_array_equal(h2, h2.T)
+            np.testing.assert_allclose(h2, h1, rtol=1e-7, atol=1e-8 * np.abs(h1).max())
+    with pytest.raises(ValueError, match="Hessian method"):
+        banana.density.resolve_hessian_method("hessian")
+
+
+def test_rmhmc_with_hessians_by_differences(banana):
+    """``hessian="gradient"``: one RMHMC step from each of 1500 exact banana draws leaves
+    them banana draws (paired differences of several statistics have mean zero, i.i.d.
+    standard errors); through the sampler the method is in the chain's metadata and the
+    Hessians are costed as what they are, differences of gradients measured apart from
+    autodiff Hessians: at least the 2·dims + 1 gradients each takes."""
+    rng = np.random.default_rng(13)
+    kernel = RMHMCKernel(banana.density, hessian="gradient")
+    assert kernel.hessian_method == "gradient"
+    before = banana_draws(rng, 1500)
+    after = np.array([kernel.step(rng, kernel.init(x), HMCParameters(0.5, 3, jitter=False)
+                                  )[0].position for x in before])
+    assert 0.3 < np.mean(np.any(after != before, axis=1))
+    statistics = [lambda X: X[:, 0], lambda X: X[:, 1], lambda X: X[:, 0] ** 2,
+                  lambda X: X[:, 1] ** 2, lambda X: X[:, 0] * X[:, 1]]
+    z = z_bonferroni(len(statistics))
+    for f in statistics:
+        d = f(after) - f(before)
+        assert abs(d.mean()) < z * d.std(ddof=1) / math.sqrt(len(d))
+    from ahmc_stan.costs import cost_units
+
+    fit = tune_and_sample(banana, "rmhmc", chains=1, warmup=10, draws=20, seed=9,
+                          progress=False, diagnose=False, step_size=0.5, num_steps=3,
+                          hessian="gradient")
+    assert fit.metadata["chains"][0]["hessian"] == "gradient"
+    assert fit.cost_units["hessian"] == cost_units(banana, ["hessian"],
+                                                   hessian_method="gradient")["hessian"]
+    assert fit.cost_units["hessian"] >= 2 * banana.dims + 1
+
+
 def test_third_derivatives_analytic_and_finite_differences(logistic_model, logistic_data):
     rng = np.random.default_rng(1)
     x = rng.normal(scale=0.5, size=logistic_model.dims)

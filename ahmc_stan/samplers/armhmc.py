@@ -29,7 +29,8 @@ reversibility check included) and ``fixed_point_failures``.  With SoftAbs ``n_gr
 the generalised leapfrog evaluates gradients only inside Hessians (see
 :mod:`ahmc_stan.riemann`, "Cost"); the Fit converts Hessians and tensors into
 gradient-equivalents with their costs measured on the model (:mod:`ahmc_stan.costs`; the
-method of the tensors is ``extras["third_derivatives"]``).  In constant mode the
+methods of the tensors and Hessians are ``extras["third_derivatives"]`` and
+``extras["hessian"]``).  In constant mode the
 statistics are HMC's (``n_grad`` = leapfrog steps) and the Riemannian ones are 0.  Work
 done outside recorded iterations (the first point's geometry, step-size probes, the
 optimiser of constant mode) is charged to the first warmup iteration.
@@ -93,11 +94,12 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               progress: Callable[[int], None], *, metric: str | None = None,
               softness: float = DEFAULT_SOFTNESS, fixed_point_tol: float = 1e-10,
               max_fixed_point_iterations: int = 100, check_reversibility: bool = True,
-              third_derivatives: str = "auto", box=None,
+              third_derivatives: str = "auto", hessian: str = "auto", box=None,
               scale_fraction: float | None = None, max_num_steps: int | None = None,
               callback: Callable | None = None, **tuning) -> ChainResult:
     """One ARMHMC chain (``sampler="armhmc"``).  ``softness``, ``fixed_point_tol``,
-    ``max_fixed_point_iterations``, ``check_reversibility`` and ``third_derivatives`` go to
+    ``max_fixed_point_iterations``, ``check_reversibility``, ``third_derivatives`` and
+    ``hessian`` (``"gradient"``: Hessians by differences of gradients) go to
     :class:`~ahmc_stan.riemann.RMHMCKernel`; the tuner's options (``k``, ``block_size``,
     ``adapt_during_sampling``, ...) are AHMC's.
     ``max_num_steps`` caps L of the default box (100 with SoftAbs, 1000 constant)."""
@@ -111,13 +113,13 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     else:
         kernel = RMHMCKernel(model.density, softness, fixed_point_tol,
                              max_fixed_point_iterations, check_reversibility,
-                             third_derivatives=third_derivatives)
+                             third_derivatives=third_derivatives, hessian=hessian)
         common.setdefault("max_call_steps", 50)  # RMHMC steps cost ~2d Hessians each
         result = run_tuned_chain(model, rng, x0, warmup, draws, progress, hmc_blocks, STATS,
                                  metric="identity", max_num_steps=max_num_steps or 100,
                                  kernel=kernel, **common)
         work, extras, seconds = _kernel_work(kernel, result), {}, 0.0
-        extras["third_derivatives"] = kernel.third_method
+        extras.update(third_derivatives=kernel.third_method, hessian=kernel.hessian_method)
     result.extras.update(metric=metric, softness=softness, **extras)
     return _charge_unrecorded(result, work, seconds)
 
@@ -128,7 +130,7 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     metric: str | None = None, softness: float = DEFAULT_SOFTNESS,
                     fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
                     check_reversibility: bool = True, third_derivatives: str = "auto",
-                    jitter: bool = False, block_size: int = 10,
+                    hessian: str = "auto", jitter: bool = False, block_size: int = 10,
                     callback: Callable | None = None) -> ChainResult:
     """One RMHMC chain at a fixed, user-given (ε, L) (``sampler="rmhmc"``; warmup is
     plain burn-in).  ``jitter=True`` draws ``L_r ~ U{1..L}`` as ARMHMC does; the default
@@ -148,7 +150,7 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         inv_metric, extras = None, {}
         kernel = RMHMCKernel(model.density, softness, fixed_point_tol,
                              max_fixed_point_iterations, check_reversibility,
-                             third_derivatives=third_derivatives)
+                             third_derivatives=third_derivatives, hessian=hessian)
     params = HMCParameters(float(step_size), int(num_steps), inv_metric, jitter=jitter)
     rec = ChainRecorder(len(x0), warmup + draws, list(STATS))
     with rec.running(warmup):
@@ -168,5 +170,6 @@ def run_fixed_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                          **extras})
     if metric == "softabs":
         work = _kernel_work(kernel, result)
-        result.extras["third_derivatives"] = kernel.third_method
+        result.extras.update(third_derivatives=kernel.third_method,
+                             hessian=kernel.hessian_method)
     return _charge_unrecorded(result, work)  # the optimiser's time is in the chain's
