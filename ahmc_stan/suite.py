@@ -47,11 +47,13 @@ import numpy as np
 from . import datasets
 from .fit import Fit
 from .model import StanModel
+from .stan_models import directory
 
 __all__ = ["run_suite", "run_job", "Experiment", "Job", "EXPERIMENTS", "SAMPLER_SPECS",
            "QUICK", "sensitivity_demo", "STAN_MODELS"]
 
-STAN_MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+#: The folder of the bundled models (package data, read through ``importlib.resources``).
+STAN_MODELS = directory()
 
 
 # ---- experiments -----------------------------------------------------------------------------
