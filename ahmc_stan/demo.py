@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .model import StanModel
-
-STAN_MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+from .stan_models import stan_file
 
 
 def logistic_data(n: int = 500, k: int = 9, seed: int = 1) -> dict:
@@ -30,7 +29,7 @@ def logistic_data(n: int = 500, k: int = 9, seed: int = 1) -> dict:
 
 def main() -> None:
     start = time.perf_counter()
-    model = StanModel(STAN_MODELS / "logistic.stan", logistic_data())
+    model = StanModel(stan_file("logistic.stan"), logistic_data())
     print(f"{model.name}: compiled or loaded in {time.perf_counter() - start:.1f} s "
           f"({model.lib_path})")
     print(f"{model.dims} unconstrained parameters: {', '.join(model.param_names())}")

@@ -3,11 +3,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-STAN_MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+from ahmc_stan.stan_models import stan_file
 
 
 def stan_model_path(name: str) -> Path:
-    return STAN_MODELS / f"{name}.stan"
+    """A bundled model, found as the installed package finds it (importlib.resources)."""
+    return stan_file(name)
 
 
 @pytest.fixture(scope="session")

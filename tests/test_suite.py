@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from ahmc_stan import StanModel, datasets
-from ahmc_stan.suite import STAN_MODELS, experiments, job_seed, predictive_mse, run_suite
+from ahmc_stan.suite import (EXPERIMENTS, QUICK, STAN_MODELS, experiments, job_seed,
+                             predictive_mse, run_suite)
 
 #: Smaller data for the gradient check of the expensive models (same programs).
 SMALL = {"sv": lambda: datasets.stochastic_volatility_data(T=50, seed=2),
@@ -54,8 +55,8 @@ def test_suite_model_compiles_with_cmdstan_stanc(stan_file, tmp_path):
 @pytest.mark.parametrize("make", [
     lambda s: datasets.simulate_stochastic_volatility(T=300, seed=s),
     lambda s: datasets.simulate_lgcp(d=8, seed=s),
-] + ([lambda s: (datasets.robot_arm_data(seed=s),)]
-     if hasattr(datasets, "robot_arm_data") else []))
+    lambda s: (datasets.robot_arm_data(seed=s),),
+])
 def test_generators_are_deterministic_under_a_seed(make):
     def arrays(out):
         return [np.asarray(v, dtype=float) for part in out
@@ -86,6 +87,12 @@ def test_lgcp_generator_draws_from_its_model():
     assert abs(np.sum(data["y"]) - expected) < 4 * np.sqrt(expected)
     np.testing.assert_allclose(data["L"] @ data["L"].T, datasets.lgcp_covariance(32),
                                atol=1e-10)
+
+
+def test_quick_experiments_are_registered():
+    """Every experiment of the quick mode, the robot arm included, is in the registry."""
+    assert set(QUICK["experiments"]) <= set(EXPERIMENTS) == set(experiments())
+    assert EXPERIMENTS["robot_arm"].stan_file == "robot_arm.stan"
 
 
 def test_job_seed_depends_only_on_its_arguments():
