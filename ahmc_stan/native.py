@@ -344,7 +344,8 @@ class NativeDensity:
         return method
 
     #: Relative step of the central differences of gradients behind
-    #: ``log_density_hessian(method="gradient")``: ≈ eps^(1/3), error ≈ 1e-10 relative.
+    #: ``log_density_hessian(method="gradient")``: ≈ eps^(1/3), so that truncation and
+    #: rounding errors balance (≈ 1e-8 relative or below).
     hessian_step = 6e-6
 
     def resolve_hessian_method(self, method: str) -> str:
@@ -370,7 +371,7 @@ class NativeDensity:
         ``"gradient"``, ``H[:, i] = (∇(x + h_i e_i) − ∇(x − h_i e_i)) / 2h_i`` with
         ``h_i`` = :attr:`hessian_step` · max(1, |x_i|), symmetrised: 2·dims + 1 gradients,
         far cheaper than autodiff for models whose functions have fast gradients but no
-        fast forward mode (a GLM: 10× on the Pima regression)."""
+        fast forward mode (Stan Math's GLMs)."""
         if method == "gradient" and self.hessian_autodiff:
             return self._hessian_by_differences(x, grad_out, hess_out)
         fn = self.entry("ahmc_log_density_hessian")  # autodiff, or the library's differences
