@@ -178,9 +178,10 @@ def test_metric_fallback_rule():
 
 def test_a_diverging_gradient_metric_falls_back_to_stans_diagonal(mvn_model, monkeypatch):
     """When the rule fires (forced here: no small model diverges the way Caravan does,
-    ``comparisons/nuts_peers.py``), the chain's metric is Stan's regularised variance of
-    its last window's draws, and the fallback is logged with that window and its
-    divergences; otherwise nothing is logged."""
+    ``comparisons/nuts_peers.py``), the chain runs one more window, as long as the last
+    (at most half the tuning phase), in Stan's diagonal from the last window's draws; its
+    metric is Stan's regularised variance of that extra window's draws, and the fallback
+    is logged with both windows and the divergences; otherwise nothing is logged."""
     from ahmc_stan.tuning import hmc_warmup
     from ahmc_stan.tuning.windows import regularized_inv_metric
 
@@ -194,6 +195,9 @@ def test_a_diverging_gradient_metric_falls_back_to_stans_diagonal(mvn_model, mon
     assert log["metric"] == "low_rank" and log["to"] == "diag"
     assert log["window"] == [start, end]
     assert log["divergent"] == fit.warmup_sampler_stats["divergent"][0][start:end].sum()
+    assert log["extra_window"] == [end, 2 * end - start]  # 50 <= (400 - 200) // 2
     np.testing.assert_allclose(
         fit.inv_metric[0],
-        regularized_inv_metric(fit.warmup_draws[0, start:end, :3], dense=False), rtol=1e-12)
+        regularized_inv_metric(fit.warmup_draws[0, end:2 * end - start, :3], dense=False),
+        rtol=1e-12)
+    assert (fit.warmup_sampler_stats["phase"][0] == 0).sum() == 200 + end - start

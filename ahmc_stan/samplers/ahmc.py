@@ -68,17 +68,17 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
-                 notes: Callable[[dict], None] | None = None):
+                 notes: Callable[[dict], None] | None = None, extra_window: int = 0):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
-    phase 0; ``progress(rec.n)`` every 25 iterations, ``notes`` as ``hmc_warmup``'s.
-    Returns (state, inverse metric, ε*)."""
+    phase 0; ``progress(rec.n)`` every 25 iterations, ``notes`` and ``extra_window`` as
+    ``hmc_warmup``'s.  Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
                 phase=0)
 
     return hmc_warmup(kernel, rng, state, n_iter, metric, record,
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
-                      restarts=restarts, notes=notes,
+                      restarts=restarts, notes=notes, extra_window=extra_window,
                       progress=None if progress is None else lambda: progress(rec.n))
 
 
@@ -109,7 +109,9 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``"identity"`` or a fixed array): the scale phase's inverse metric
     (:mod:`ahmc_stan.tuning.hmc_warmup`); ``comparisons/nuts_peers.py`` measures them.  A
     chain whose ``low_rank`` or ``fisher`` metric diverged in its last window uses Stan's
-    diagonal instead, logged in ``extras["metric_fallback"]`` (``None`` otherwise).
+    diagonal instead, estimated again after one more window run in it (taken from the
+    tuning phase, at most half of it), logged in ``extras["metric_fallback"]`` (``None``
+    otherwise).
 
     ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
@@ -177,9 +179,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         while True:
             notes.clear()  # of a discarded attempt
             try:
-                state, inv_metric, eps_ref = _scale_phase(kernel, rng, state, n_scale, metric,
-                                                          rec, max_num_steps, restarts,
-                                                          adapt_delta, progress, notes.update)
+                state, inv_metric, eps_ref = _scale_phase(
+                    kernel, rng, state, n_scale, metric, rec, max_num_steps, restarts,
+                    adapt_delta, progress, notes.update, (warmup - n_scale) // 2)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))

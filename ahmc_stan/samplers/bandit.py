@@ -136,6 +136,7 @@ class ProductHMC:
         self.kernels = [HMCKernel(m.density) for m in self.models]
         self.states = [k.init(x0) for k, x0 in zip(self.kernels, x0s, strict=True)]
         self.inv_metrics: list[InvMetric] = [None] * len(self.models)
+        self.notes: list[dict] = [{} for _ in self.models]  # the scale phase's, per copy
         self.capacity = capacity
         self.recs = [ChainRecorder(m.dims, capacity, list(STATS), stream=j == 0)
                      if capacity is not None
@@ -148,12 +149,14 @@ class ProductHMC:
 
     def scale(self, rng: np.random.Generator, n_iter: int, metric: str,
               max_num_steps: int) -> list[float | None]:
-        """AHMC's scale phase for each copy; returns the reference step sizes ε*."""
+        """AHMC's scale phase for each copy (a metric fallback is noted in
+        ``notes[j]``, without the extra window: the rounds' layout is fixed); returns the
+        reference step sizes ε*."""
         eps = []
         for j, (kernel, rec) in enumerate(zip(self.kernels, self.recs)):
             self.states[j], self.inv_metrics[j], e = _scale_phase(
                 kernel, rng, self.states[j], n_iter, metric, rec, max_num_steps,
-                adapt_delta=self.adapt_delta)
+                adapt_delta=self.adapt_delta, notes=self.notes[j].update)
             eps.append(e)
         return eps
 
@@ -306,8 +309,9 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
         progress=progress or (lambda n: None), callback=callback, tuning=tuning)
     extras = {"budget": budget, "inv_metric": None, **tuning_extras(tuner)}
     chains = [rec.result(scale_iterations, start,
-                         {**extras, "inv_metric": metric_record(m)})
-              for rec, m in zip(product.recs, product.inv_metrics)]
+                         {**extras, "inv_metric": metric_record(m),
+                          "metric_fallback": notes.get("metric_fallback")})
+              for rec, m, notes in zip(product.recs, product.inv_metrics, product.notes)]
     return BanditResult(chains, starts, gammas, tuner, product.inv_metrics, eps_refs, extras)
 
 
@@ -394,6 +398,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               "budget": None if tuner is None else budget,
               "round_starts": [] if tuner is None else starts.tolist(),
               "copies": len(models),
+              "metric_fallback": product.notes[0].get("metric_fallback"),
               **tuning_extras(tuner)}
     if reward == "cv":
         extras["cv_errors"] = list(cv.errors)

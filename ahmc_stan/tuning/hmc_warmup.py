@@ -22,7 +22,11 @@ gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` st
 doubled every :data:`REPORT_EVERY` iterations): their draws need only span the space, not
 be independent.  A gradient-based metric whose last window diverged in more than
 :data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
-the same draws (:func:`metric_fallback`).
+the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
+iterations, one more window of up to the last window's length then runs in that diagonal
+metric and Stan's diagonal is estimated again from its draws (a window that ran in the
+failing metric explored the directions it under-scaled too little, so its variances are
+too small there).
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
                adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
                progress: Callable[[], None] | None = None,
-               notes: Callable[[dict], None] | None = None):
+               notes: Callable[[dict], None] | None = None, extra_window: int = 0):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
@@ -151,8 +155,10 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     kernel, ``progress()`` every :data:`REPORT_EVERY` iterations.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
-    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``.
-    Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
+    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``; it
+    may add a window of up to ``extra_window`` iterations (module docstring), so that the
+    phase runs ``n_iter`` plus that many.  Returns (state, inverse metric, ε*), ε* ``None``
+    when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
     if not fixed and metric not in METRICS:
@@ -182,6 +188,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
     positions, grads, divergent = [], [], []
     last_window_end = max(window_start, default=None)
+    estimator = metric  # "diag" after a fallback
     it = 0
     while it < n_iter:
         stop = min([n_iter, (it // REPORT_EVERY + 1) * REPORT_EVERY,
@@ -204,15 +211,21 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             diverged = np.concatenate(divergent)[start:it]
             if from_gradients and it == last_window_end and metric_fallback(diverged):
                 inv_metric = regularized_inv_metric(window, dense=False)
+                estimator = "diag"
+                extra = min(it - start, max(0, int(extra_window)))
+                if extra > 0:  # re-estimated at its end; the terminal buffer follows
+                    window_start[it + extra] = it
+                    n_iter += extra
                 if notes is not None:
                     notes({"metric_fallback": {
                         "metric": metric, "to": "diag", "window": [start, it],
-                        "divergent": int(diverged.sum())}})
-            elif from_gradients:
+                        "divergent": int(diverged.sum()),
+                        "extra_window": [it, it + extra] if extra else None}})
+            elif estimator in ("fisher", "low_rank"):
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
                 inv_metric = estimate(window, np.concatenate(grads)[start:it])
             else:
-                inv_metric = regularized_inv_metric(window, dense=metric == "dense")
+                inv_metric = regularized_inv_metric(window, dense=estimator == "dense")
             averager.restart(initial_step_size(log_accept, averager.final))
             if detector is not None:
                 detector.restart(averager.step_size)
