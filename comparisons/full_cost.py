@@ -8,10 +8,11 @@ order: costliest jobs first, each worker taking the next job).
 The estimate extrapolates short measured runs (one chain each, in this process, one after
 another), kept in ``results/full_cost.json``: seconds per warmup and per sampling
 iteration, and the rest of a chain's job (start, efficiency, CmdStan's start and output),
-each scaled by the run's share of a core (CPU time ÷ wall time, at most 1), so that a
+split by a second run with 4× the draws into a fixed part and a part per draw; each
+scaled by the run's share of a core (CPU time ÷ wall time, at most 1), so that a
 measurement on a busy machine estimates an idle one.
-``--measure`` (re)measures the rows missing from that file (``--remeasure``: every row, or
-those of ``--experiments``/``--samplers``).
+``--measure`` measures the rows missing from that file (``--remeasure``: every row, or
+those of ``--experiments``/``--samplers``; ``--rest``: only the second runs).
 """
 
 from __future__ import annotations
@@ -93,10 +94,45 @@ def measure(name: str, label: str, log=print) -> dict:
     return out
 
 
+#: A second run, with 4× the draws, measures how the rest grows with the draws, unless
+#: its sampling would take longer than this (then the rest is taken as per draw).
+REST_RUN_SECONDS = 90.0
+
+
+def measure_rest(name: str, label: str, m: dict, log=print) -> dict:
+    """Split ``m["rest_seconds"]`` into a fixed part and a part per draw (ESS over the
+    measured columns, CmdStan's output) from a second run of the same warmup and 4× the
+    draws; where that run would be long, the whole rest counts per draw."""
+    from ahmc_stan.stan_models import stan_file
+    from ahmc_stan.suite.jobs import Job, _ess_columns, run_job
+    from ahmc_stan.model import StanModel
+
+    warmup, draws = m["warmup"], 4 * m["draws"]
+    cost = warmup * m["s_per_warmup_iter"] + draws * m["s_per_draw"]
+    rest = m["rest_seconds"]
+    if cost > REST_RUN_SECONDS:
+        return {**m, "rest_fixed": 0.0, "rest_per_draw": rest / m["draws"]}
+    exp = experiments()[name]
+    model = StanModel(stan_file(exp.stan_file), exp.data(FULL[name]["data"] == "full"))
+    job = Job(name, exp.group, available_specs()[label], 0, 1, 1, warmup, draws, model,
+              _ess_columns(model, exp.ess_prefixes))
+    cpu = _cpu_seconds()
+    row = run_job(job)["row"]
+    busy = min((_cpu_seconds() - cpu) / row["wall_seconds"], 1.0)
+    rest4 = max(busy * (row["wall_seconds"] - row["time_warmup"] - row["time_sampling"]),
+                0.0)
+    slope = max((rest4 - rest) / (draws - m["draws"]), 0.0)
+    log(f"  {name:>13} {label:>13}: rest {rest:.2f} s at {m['draws']} draws, "
+        f"{rest4:.2f} s at {draws}")
+    return {**m, "rest_fixed": max(rest - slope * m["draws"], 0.0), "rest_per_draw": slope,
+            "rest_draws4_seconds": rest4}
+
+
 def job_seconds(m: dict, chains: int, warmup: int, draws: int) -> float:
     """One job (``chains`` chains, one after another) from a measurement ``m``."""
+    fixed, per_draw = m.get("rest_fixed", m["rest_seconds"]), m.get("rest_per_draw", 0.0)
     return chains * (warmup * m["s_per_warmup_iter"] + draws * m["s_per_draw"]
-                     + m["rest_seconds"])
+                     + fixed + draws * per_draw)
 
 
 def schedule(costs: list[float], workers: int) -> float:
@@ -168,20 +204,31 @@ def main(argv=None) -> int:
                    help="measure the rows missing from results/full_cost.json")
     p.add_argument("--remeasure", action="store_true",
                    help="measure again the selected rows (default: all)")
+    p.add_argument("--rest", action="store_true",
+                   help="measure again only how each selected row's rest grows with draws")
     p.add_argument("--experiments", default=None, metavar="A,B")
     p.add_argument("--samplers", default=None, metavar="A,B")
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
     store = json.loads(STORE.read_text()) if STORE.exists() else {}
+    pick = lambda text: set(text.split(",")) if text else None  # noqa: E731
+    exps, samplers = pick(args.experiments), pick(args.samplers)
     if args.measure or args.remeasure:
-        pick = lambda text: set(text.split(",")) if text else None  # noqa: E731
-        exps, samplers = pick(args.experiments), pick(args.samplers)
         for name, label, *_ in full_runs():
             if (exps and name not in exps) or (samplers and label not in samplers):
                 continue
             if label in store.get(name, {}) and not args.remeasure:
                 continue
             store.setdefault(name, {})[label] = measure(name, label)
+            STORE.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+    if args.measure or args.remeasure or args.rest:
+        for name, label, *_ in full_runs():
+            m = store.get(name, {}).get(label)
+            if m is None or ("rest_per_draw" in m and not args.rest):
+                continue
+            if (exps and name not in exps) or (samplers and label not in samplers):
+                continue
+            store[name][label] = measure_rest(name, label, m)
             STORE.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
     print_table(estimate(store, args.workers))
     return 0
