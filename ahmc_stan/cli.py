@@ -190,8 +190,9 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                        help="run a suite of experiments instead of one model")
     suite.add_argument("--quick", action="store_true",
                        help="the quick configuration (comparisons/README.md)")
-    suite.add_argument("--repeats", type=int, default=1,
-                       help="independent runs per model and sampler (default 1)")
+    suite.add_argument("--repeats", type=int, default=None,
+                       help="independent runs per model and sampler (default: 1 with "
+                            "--quick, else the full configuration's)")
     suite.add_argument("--scheduler", metavar="ADDRESS", default=None,
                        help="run the jobs on this dask.distributed scheduler")
     suite.add_argument("--workers", type=int, default=None,

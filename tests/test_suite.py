@@ -9,6 +9,7 @@ import pytest
 from ahmc_stan import StanModel, datasets
 from ahmc_stan.suite import (EXPERIMENTS, QUICK, STAN_MODELS, experiments, job_seed,
                              predictive_mse, run_suite)
+from ahmc_stan.suite.registry import FULL, available_specs, full_runs, plan_runs
 
 #: Smaller data for the gradient check of the expensive models (same programs).
 SMALL = {"sv": lambda: datasets.stochastic_volatility_data(T=50, seed=2),
@@ -93,6 +94,56 @@ def test_quick_experiments_are_registered():
     """Every experiment of the quick mode, the robot arm included, is in the registry."""
     assert set(QUICK["experiments"]) <= set(EXPERIMENTS) == set(experiments())
     assert EXPERIMENTS["robot_arm"].stan_file == "robot_arm.stan"
+
+
+#: The header of the full configuration's table in comparisons/README.md.
+FULL_TABLE = "| experiment | sampler | chains | warmup + draws | repeats | est. seconds |"
+
+
+def _documented_full_table() -> list[tuple]:
+    """Rows (experiment, sampler, chains, warmup, draws, repeats) of that table."""
+    lines = (Path(__file__).resolve().parents[1] / "comparisons" / "README.md") \
+        .read_text().splitlines()
+    start = lines.index(FULL_TABLE) + 2  # past the header and its rule
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        warmup, draws = (int(n) for n in cells[3].split("+"))
+        rows.append((cells[0], cells[1], int(cells[2]), warmup, draws, int(cells[4])))
+    return rows
+
+
+def test_full_configuration_is_the_documented_table():
+    """FULL (experiments × samplers × chains × iterations × repeats) is the table in
+    comparisons/README.md, row for row; its samplers are registered (or NUTS), its
+    experiments exist, and run_suite(quick=False) plans exactly it."""
+    documented = _documented_full_table()
+    assert documented == full_runs()
+    specs = available_specs()
+    assert {label for _, label, *_ in documented} <= set(specs)
+    assert set(FULL) <= set(EXPERIMENTS)
+    assert all("nuts" in cfg["runs"] for cfg in FULL.values())
+    planned = [(p.experiment, p.label, p.chains, p.warmup, p.draws, p.repeats)
+               for p in plan_runs(quick=False)]
+    assert sorted(planned) == sorted(documented)
+    assert all(p.chosen for p in plan_runs(quick=False))
+
+
+def test_explicit_samplers_and_repeats_override_the_full_configuration():
+    plan = plan_runs(quick=False, samplers=["ahmc"], repeats=2, only=["pima", "neal100"])
+    assert [(p.experiment, p.label, p.repeats) for p in plan] == [
+        ("pima", "ahmc", 2), ("pima", "nuts", 2), ("neal100", "ahmc", 2),
+        ("neal100", "nuts", 2)]
+    pima, neal = plan[0], plan[2]
+    assert (pima.warmup, pima.draws) == FULL["pima"]["runs"]["ahmc"][:2]
+    assert (neal.warmup, neal.draws) == EXPERIMENTS["neal100"].iterations["full"]
+    assert not neal.chosen and pima.chosen
+    quick = plan_runs(quick=True)
+    assert {p.experiment for p in quick} == set(QUICK["experiments"])
+    assert all(p.repeats == 1 and p.chains == QUICK["chains"] and not p.full_data
+               for p in quick)
 
 
 def test_job_seed_depends_only_on_its_arguments():

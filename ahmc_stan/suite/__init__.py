@@ -5,18 +5,18 @@ Dask cluster; the same seeds give the same tables either way.  Models are compil
 before any job starts.  Outputs (``out_dir/quick`` or ``out_dir/full``): ``jobs.csv``,
 ``chains.csv``, ``summary.md`` (every table), figures (PNG) and ``run.json``.
 
-The modules: :mod:`.registry` (experiments, sampler specs, quick/full configuration),
-:mod:`.jobs` (runner, executors, checkpoints), :mod:`.papers` (the papers' reference
+The modules: :mod:`.registry` (experiments, sampler specs, the quick and full
+configurations), :mod:`.jobs` (runner, executors, checkpoints), :mod:`.papers` (the papers' reference
 numbers), :mod:`.report` (tables, figures), :mod:`.sensitivity` (Wang et al. 2013,
 Figure 1) and :mod:`.run` (:func:`run_suite`, the one entry point).
 """
 
 from .jobs import Job, job_seed, predictive_mse, run_job
-from .registry import (EXPERIMENTS, QUICK, SAMPLER_SPECS, STAN_MODELS, Experiment,
-                       SamplerSpec, experiments)
+from .registry import (EXPERIMENTS, FULL, QUICK, SAMPLER_SPECS, STAN_MODELS, Experiment,
+                       SamplerSpec, experiments, plan_runs)
 from .run import run_suite
 from .sensitivity import sensitivity_demo
 
 __all__ = ["run_suite", "run_job", "Experiment", "Job", "EXPERIMENTS", "SAMPLER_SPECS",
-           "QUICK", "sensitivity_demo", "STAN_MODELS", "SamplerSpec", "experiments",
-           "job_seed", "predictive_mse"]
+           "QUICK", "FULL", "plan_runs", "sensitivity_demo", "STAN_MODELS", "SamplerSpec",
+           "experiments", "job_seed", "predictive_mse"]

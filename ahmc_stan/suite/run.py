@@ -21,8 +21,7 @@ from ..model import StanModel
 from ..stan_models import stan_file
 from .jobs import (Job, _checkpoint_name, _cost, _ess_columns, _executor, _gather,
                    _load_checkpoint, _save_checkpoint, job_seed, run_job)
-from .registry import (FULL_CHAINS, QUICK, Experiment, _iterations, _lgcp_grid,
-                       available_specs, experiments)
+from .registry import QUICK, Experiment, _lgcp_grid, available_specs, experiments, plan_runs
 from .report import write_report
 from .sensitivity import sensitivity_demo
 
@@ -54,7 +53,7 @@ def _prepare(exp: Experiment, full: bool) -> tuple[StanModel, float]:
 
 
 def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str] | None = None,
-              repeats: int = 1, out_dir: str | os.PathLike = "comparisons/results",
+              repeats: int | None = None, out_dir: str | os.PathLike = "comparisons/results",
               client: Any = None, *, only: Sequence[str] | None = None,
               iterations: tuple[int, int] | None = None, chains: int | None = None,
               seed: int = 20130616, workers: int | None = None, figures: bool = True,
@@ -62,11 +61,12 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
               resume: bool = True) -> dict:
     """Run the suite and write its tables and figures to ``out_dir/quick`` (or ``/full``).
 
-    ``samplers``: table labels (default: ``QUICK["samplers"]`` when quick, else every
-    registered sampler); NUTS always runs.  ``client``: ``None`` (local process pool of
+    What runs is :func:`~.registry.plan_runs` of ``quick``, ``samplers`` (table labels;
+    default: :data:`~.registry.QUICK`'s or, full, each experiment's in
+    :data:`~.registry.FULL`; NUTS always runs), ``repeats`` (default: 1 when quick, else
+    FULL's), ``only``, ``iterations`` and ``chains``.  ``client``: ``None`` (local process pool of
     ``workers`` processes, default all cores), a ``dask.distributed.Client`` or a
-    scheduler address.  ``only``, ``iterations`` ``(warmup, draws)`` and ``chains``
-    shrink a run (the tests' smoke configuration).  Every finished job is kept in
+    scheduler address.  Every finished job is kept in
     ``out_dir/<mode>/jobs/`` and reused by a later run with the same settings (an
     interrupted full run continues where it stopped); ``resume=False`` starts afresh.
     Returns ``{"jobs": DataFrame,
@@ -79,47 +79,34 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
     log = log or (lambda s: None)
     mode = "quick" if quick else "full"
     start = time.perf_counter()
-    available = experiments()
-    names = list(only) if only else (list(QUICK["experiments"]) if quick else list(available))
-    unknown = [n for n in names if n not in available]
-    if unknown:
-        raise ValueError(f"unknown experiments {unknown}; choose from {sorted(available)}")
-    specs = available_specs()
-    labels = list(samplers) if samplers else (QUICK["samplers"] if quick else list(specs))
-    labels = [s for s in labels if s != "nuts"]
-    missing = [s for s in labels if s not in specs]
-    if missing and samplers:
-        raise ValueError(f"samplers {missing} are not registered; choose from "
-                         f"{sorted(specs)}")
-    labels = [s for s in labels if s in specs] + ["nuts"]
-    n_chains = chains or (QUICK["chains"] if quick else FULL_CHAINS)
-
-    log(f"suite {suite!r} ({mode}): {len(names)} experiments × {len(labels)} samplers × "
-        f"{repeats} repeats")
+    available, specs = experiments(), available_specs()
+    plan = plan_runs(quick, samplers, repeats, only, iterations, chains)
+    names = list(dict.fromkeys(p.experiment for p in plan))
+    full_data = {p.experiment: p.full_data for p in plan}
+    log(f"suite {suite!r} ({mode}): {len(names)} experiments, {len(plan)} (experiment, "
+        f"sampler) pairs, {sum(p.repeats for p in plan)} jobs")
     models: dict[str, StanModel] = {}
     with cf.ThreadPoolExecutor(workers or os.cpu_count() or 1) as threads:
-        prepared = {n: threads.submit(_prepare, available[n], not quick) for n in names}
+        prepared = {n: threads.submit(_prepare, available[n], full_data[n]) for n in names}
         for n, fut in prepared.items():
             models[n], seconds = fut.result()
             log(f"  prepared {n} ({models[n].dims} dims) in {seconds:.1f} s")
 
     jobs, skipped = [], []
-    for n in names:
-        exp, model = available[n], models[n]
-        columns = _ess_columns(model, exp.ess_prefixes)
-        for label in labels:
-            spec = specs[label]
-            max_dims = spec.max_dims
-            if quick and spec.iteration_factor > 1:
-                max_dims = min(max_dims or math.inf, QUICK["mh_max_dims"])
-            if max_dims is not None and model.dims > max_dims:
-                skipped.append((n, label, f"{model.dims} dims > {max_dims}"))
-                continue
-            warmup, draws = iterations or _iterations(exp, spec, mode)
-            for r in range(repeats):
-                jobs.append(Job(n, exp.group, spec, r, job_seed(seed, n, label, r), n_chains,
-                                warmup, draws, model, columns,
-                                keep_field=exp.group == "lgcp" and r == 0))
+    columns = {n: _ess_columns(models[n], available[n].ess_prefixes) for n in names}
+    for p in plan:
+        exp, model, spec = available[p.experiment], models[p.experiment], specs[p.label]
+        max_dims = None if p.chosen else spec.max_dims  # FULL's choice stands
+        if quick and spec.iteration_factor > 1:
+            max_dims = min(max_dims or math.inf, QUICK["mh_max_dims"])
+        if max_dims is not None and model.dims > max_dims:
+            skipped.append((p.experiment, p.label, f"{model.dims} dims > {max_dims}"))
+            continue
+        for r in range(p.repeats):
+            jobs.append(Job(p.experiment, exp.group, spec, r,
+                            job_seed(seed, p.experiment, p.label, r), p.chains, p.warmup,
+                            p.draws, model, columns[p.experiment],
+                            keep_field=exp.group == "lgcp" and r == 0))
     target = Path(out_dir) / mode
     checkpoints = target / "jobs"
     if not resume and checkpoints.exists():
@@ -151,17 +138,16 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
     chain_df = pd.DataFrame([c for o in outs for c in o["chains"]])
     fields = {o["row"]["sampler"]: o["field"] for o in outs if "field" in o}
     config = {
-        "suite": suite, "mode": mode, "experiments": names, "samplers": labels,
-        "repeats": repeats, "chains_per_job": n_chains, "seed": seed,
-        "iterations": {n: {label: _iterations(available[n], specs[label], mode)
-                           if iterations is None else list(iterations) for label in labels}
-                       for n in names},
+        "suite": suite, "mode": mode, "experiments": names, "seed": seed,
+        "runs": [[p.experiment, p.label, p.chains, p.warmup, p.draws, p.repeats]
+                 for p in plan],
+        "data": {n: "full" if full_data[n] else "quick" for n in names},
         "skipped": skipped,
         "executor": "local process pool" if client is None else "dask.distributed",
         "jobs_reused": len(finished),
         "workers": workers or os.cpu_count(),
     }
-    truth = (datasets.simulate_lgcp(_lgcp_grid(not quick), seed=1)
+    truth = (datasets.simulate_lgcp(_lgcp_grid(full_data["lgcp"]), seed=1)
              if "lgcp" in names else None)
     tables = write_report(target, job_df, chain_df, fields=fields, sensitivity=sens,
                           lgcp=truth, figures=figures,
