@@ -1,6 +1,7 @@
 """Riemann-manifold HMC: second/third derivatives from the C layer, the SoftAbs metric and
 its force, the generalised leapfrog (reversibility, second order), fixed-point failures,
-and the samplers ``rmhmc`` / ``armhmc`` (moments on Gaussian and banana targets)."""
+the C++ kernel against the Python reference, and the samplers ``rmhmc`` / ``armhmc``
+(moments on Gaussian and banana targets)."""
 
 import itertools
 import math
