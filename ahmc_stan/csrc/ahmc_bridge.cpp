@@ -1555,7 +1555,7 @@ int ahmc_log_density_tr_hessian_grad(const bs_model* m, const double* theta_unc,
 // differences, row-major), the momentum-free force[n] = d/dx [U + log det G / 2] and the
 // third-derivative tensor T[n x n x n]: 1 + 6n + 2n^2 + n^3 doubles.
 //
-// Options, a double array (RMHMCKernel._native_options): softness alpha, fixed-point
+// Options, a double array (NativeDensity.rmhmc_options): softness alpha, fixed-point
 // tolerance, maximum fixed-point iterations, check reversibility (0/1), reversibility
 // tolerance, Hessian method (0: model_hessian, autodiff where the model has it; 1: central
 // differences of gradients, H[:, i] = (g(x + h_i e_i) - g(x - h_i e_i)) / (the steps
@@ -1705,8 +1705,8 @@ class rmhmc_integrator {
     return true;
   }
 
-  // dH/dx at pt for momentum p: the momentum-free force - tr(B d_l Hess log pi) / 2 ...
-  // with B = Q (J o v v') Q', v = diag(1/f) Q'p (RMHMCState.force).
+  // dH/dx at pt for momentum p: the momentum-free force + tr(B d_l Hess log pi) / 2 with
+  // B = Q (J o v v') Q', v = diag(1/f) Q'p (RMHMCState.force).
   void force(const softabs_point& pt, const vector_d& p, vector_d& out) {
     v_.noalias() = pt.Q.transpose() * p;
     v_.array() /= pt.f.array();
@@ -1873,7 +1873,9 @@ constexpr int kRmhmcStats = 10;
 
 // One chain's RMHMC transitions (RMHMCKernel.transition) from a packed point: the current
 // point, two buffers for the forward trajectory and two for the reversibility check's;
-// the point kept on acceptance changes place, nothing is copied.
+// the point kept on acceptance changes place, nothing is copied.  The five tensors take
+// 5 n^3 doubles (320 MB at n = 200, the largest SoftAbs default; the check's two
+// buffers are filled on its first use).
 class rmhmc_chain {
  public:
   rmhmc_chain(const bs_model* m, const rmhmc_options& o, const double* packed)
