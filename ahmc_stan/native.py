@@ -47,6 +47,10 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_log_density_hessian": (_int, [_ptr] * 5),
     "ahmc_third_derivatives": (_int, [_ptr, _ptr, _int, _double, _ptr]),
     "ahmc_log_density_tr_hessian_grad": (_int, [_ptr, _ptr, _ptr, _int, _double, _ptr]),
+    "ahmc_rmhmc_geometry": (_int, [_ptr] * 5),
+    "ahmc_rmhmc_integrate": (_int, [_ptr, _ptr, _double, _int, *[_ptr] * 4]),
+    "ahmc_rmhmc_block": (_int, [_ptr, _ptr, _int, _double, _int, _int, ctypes.c_uint64,
+                                *[_ptr] * 4]),
 }
 
 
@@ -413,6 +417,72 @@ class NativeDensity:
         method = self.resolve_third_method(method)
         return fn(self._handle, x.ctypes.data, self._third_methods[method],
                   self._third_step(method), out.ctypes.data) == 0
+
+    # ---- the generalised leapfrog in C++ (riemann.RMHMCKernel's native path) ------------
+
+    def rmhmc_point_size(self) -> int:
+        """Length of a packed RMHMC point (``csrc/ahmc_bridge.cpp``, "Riemann-manifold
+        HMC"; :meth:`~ahmc_stan.riemann.RMHMCState.from_packed`)."""
+        n = self.dims
+        return 1 + 6 * n + 2 * n * n + n ** 3
+
+    def rmhmc_options(self, softness: float, tol: float, max_iter: int,
+                      check_reversibility: bool, reversibility_tol: float,
+                      hessian_method: str, third_method: str, max_energy_error: float
+                      ) -> np.ndarray:
+        """The options array of the ``ahmc_rmhmc_*`` entry points for resolved Hessian
+        and third-derivative methods (the same derivatives as
+        :meth:`log_density_hessian` and :meth:`third_derivatives` compute)."""
+        by_differences = hessian_method == "gradient" and self.hessian_autodiff
+        return np.array([softness, tol, max_iter, bool(check_reversibility),
+                         reversibility_tol, int(by_differences), self.hessian_step,
+                         self._third_methods[third_method], self._third_step(third_method),
+                         max_energy_error], dtype=float)
+
+    def rmhmc_geometry(self, options: np.ndarray, x: np.ndarray
+                       ) -> tuple[np.ndarray | None, np.ndarray]:
+        """The packed SoftAbs point at ``x`` (``ahmc_rmhmc_geometry``; None where the
+        density or a derivative is not finite) and the (Hessians, tensors) evaluated."""
+        point, counts = np.empty(self.rmhmc_point_size()), np.zeros(2, np.intc)
+        x = np.ascontiguousarray(x, dtype=float)
+        failed = self.entry("ahmc_rmhmc_geometry")(self._handle, options.ctypes.data,
+                                                   x.ctypes.data, point.ctypes.data,
+                                                   counts.ctypes.data)
+        return (None if failed else point), counts
+
+    def rmhmc_integrate(self, options: np.ndarray, step_size: float, n_steps: int,
+                        point: np.ndarray, p: np.ndarray
+                        ) -> tuple[int, np.ndarray | None, np.ndarray, np.ndarray]:
+        """``n_steps`` generalised leapfrog steps in C++ (``ahmc_rmhmc_integrate``) from a
+        packed point and momentum.  Returns (status 0 ok, 1 fixed point, 2 not finite;
+        the packed end point, None on failure; the momentum; (Hessians, tensors, steps
+        taken))."""
+        out, counts = np.empty(self.rmhmc_point_size()), np.zeros(3, np.intc)
+        p = np.array(p, dtype=float)
+        status = self.entry("ahmc_rmhmc_integrate")(
+            self._handle, options.ctypes.data, float(step_size), int(n_steps),
+            point.ctypes.data, p.ctypes.data, out.ctypes.data, counts.ctypes.data)
+        return status, (out if status == 0 else None), p, counts
+
+    def rmhmc_block(self, options: np.ndarray, n_iter: int, step_size: float,
+                    max_steps: int, jitter: bool, seed: int, point: np.ndarray,
+                    want_noise: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """``n_iter`` RMHMC iterations in one C++ call (``ahmc_rmhmc_block``), momenta,
+        ``L_r`` and uniforms drawn from ``seed``.  Returns (the packed final point, draws,
+        per-iteration statistics (:attr:`~ahmc_stan.riemann.RMHMCKernel.NATIVE_STATS`
+        columns), and with ``want_noise`` each iteration's momentum, L_r and log u)."""
+        point = point.copy()
+        draws = np.empty((n_iter, self.dims))
+        stats = np.empty((n_iter, 10))
+        noise = np.empty((n_iter, self.dims + 2)) if want_noise else None
+        if self.entry("ahmc_rmhmc_block")(
+                self._handle, options.ctypes.data, int(n_iter), float(step_size),
+                int(max_steps), int(bool(jitter)), seed, point.ctypes.data,
+                draws.ctypes.data, stats.ctypes.data,
+                None if noise is None else noise.ctypes.data):
+            raise MemoryError("ahmc_rmhmc_block failed")
+        return point, draws, stats, noise
 
     def tr_hessian_grad(self, x: np.ndarray, M: np.ndarray, out: np.ndarray,
                         method: str = "auto") -> bool:

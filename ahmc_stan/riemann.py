@@ -38,8 +38,8 @@ with the third derivatives:
 The first part of W (the log-determinant) does not depend on p and is contracted once per
 point; the second is recontracted at every fixed-point iteration of the momentum update.
 Third derivatives come from :meth:`~ahmc_stan.native.NativeDensity.third_derivatives` once
-per point of the trajectory, as the full tensor (contracted here, at numpy speed, at every
-fixed-point iteration).  By default (``third_derivatives="auto"``) that is exact
+per point of the trajectory, as the full tensor (contracted again at every fixed-point
+iteration).  By default (``third_derivatives="auto"``) that is exact
 third-order autodiff, ``stan::math::grad_hessian`` on ``fvar<fvar<var>>`` compiled into the
 model's library (``csrc/ahmc_third_order.hpp``): d(d+1)/2 sweeps.  For a model whose
 functions lack third-order instances (its library is then built without them), "auto"
@@ -78,6 +78,19 @@ and one third-derivative tensor — ``k + 1`` Hessians and 1 tensor for a positi
 ``k`` iterations.  Each is counted where it is made (``num_hessian``, ``num_third``;
 ``num_grad`` is 0), and the Fit converts them into gradient-equivalents with their costs
 measured on the model (:mod:`ahmc_stan.costs`).
+
+**In C++.**  By default the kernel runs in the model's library (``ahmc_rmhmc_block``,
+``ahmc_rmhmc_integrate`` and ``ahmc_rmhmc_geometry`` in ``csrc/ahmc_bridge.cpp``): Eigen's
+symmetric eigensolver, the SoftAbs map, the Anderson-accelerated fixed points (least
+squares by SVD with numpy's cutoff), the reversibility check and the Metropolis test, with
+Hessians and tensors by the same methods (central differences of gradients done in C++
+with :attr:`~ahmc_stan.native.NativeDensity.hessian_step`) and counted alike; a block's
+momenta, ``L_r`` and uniforms come from one seed per call.  The tensor stays materialised:
+the momentum solve recontracts it at every iteration, so one tensor per point
+(d(d+1)/2 sweeps) costs less than a ``grad_tr_mat_times_hessian`` contraction (d sweeps)
+per iteration once a solve takes more than (d+1)/2 iterations, and the differences
+fallback has no such contraction.  The Python implementation (``native=False``) is the
+reference the C++ is tested against, transition by transition.
 
 **Constant metric** (:func:`constant_softabs_metric`): for high dimensions the SoftAbs of the
 Hessian at the mode (found with L-BFGS) is used as a fixed dense metric of plain HMC.
@@ -166,6 +179,35 @@ class RMHMCState:
     third: np.ndarray | None = None
     divided_differences: np.ndarray | None = None   # J
     static_force: np.ndarray | None = None          # ∂_x [U + ½ log det G]
+    packed: np.ndarray | None = None                # the C++ layout (:meth:`pack`)
+
+    @staticmethod
+    def _layout(n: int) -> tuple[tuple[str, tuple], ...]:
+        """Fields and shapes of a packed point, in ``csrc/ahmc_bridge.cpp``'s order."""
+        return (("position", (n,)), ("logdensity", ()), ("logdensity_grad", (n,)),
+                ("eigvals", (n,)), ("eigvecs", (n, n)), ("softabs", (n,)),
+                ("softabs_grad", (n,)), ("divided_differences", (n, n)),
+                ("static_force", (n,)), ("third", (n, n, n)))
+
+    @classmethod
+    def from_packed(cls, packed: np.ndarray, dims: int) -> "RMHMCState":
+        """The state whose arrays are views of a packed point (C++'s)."""
+        fields, at = {}, 0
+        for name, shape in cls._layout(dims):
+            size = int(np.prod(shape))
+            fields[name] = (float(packed[at]) if shape == ()
+                            else packed[at:at + size].reshape(shape))
+            at += size
+        return cls(packed=packed, **fields)
+
+    def pack(self) -> np.ndarray:
+        """The state in one array, as the C++ generalised leapfrog takes it."""
+        if self.packed is None:
+            if self.third is None:
+                raise ValueError("a trial point (no third derivatives) cannot be packed")
+            return np.concatenate([np.ravel(getattr(self, name))
+                                   for name, _ in self._layout(len(self.position))])
+        return self.packed
 
     @property
     def logdet_metric(self) -> float:
@@ -230,14 +272,25 @@ class RMHMCKernel:
     proposals rejected because a solve did not converge or the check failed (acceptance
     statistic 0).  ``hessian``: how Hessians are computed
     (:meth:`~ahmc_stan.native.NativeDensity.log_density_hessian`, ``"auto"``: autodiff
-    where the library has it; ``"gradient"``: central differences of gradients)."""
+    where the library has it; ``"gradient"``: central differences of gradients).
+
+    ``native`` (default: where the library has it): ``init``, ``integrate`` and ``run``
+    in C++ (``ahmc_rmhmc_geometry``, ``ahmc_rmhmc_integrate``, ``ahmc_rmhmc_block``:
+    Eigen's symmetric eigensolver, the same fixed points, rules and counts; ``run`` draws
+    its random numbers in C++ from one seed per call).  ``native=False`` runs the Python
+    implementation below, the reference the C++ is tested against."""
 
     max_energy_error = 1000.0
+
+    #: Columns of the per-iteration statistics of :meth:`transition` and the C++ block.
+    NATIVE_STATS = ("accept_stat", "accepted", "divergent", "num_steps", "energy", "lp",
+                    "n_hessian", "n_third", "fixed_point_failures", "n_leapfrog")
 
     def __init__(self, density: NativeDensity, softness: float = DEFAULT_SOFTNESS,
                  fixed_point_tol: float = 1e-10, max_fixed_point_iterations: int = 100,
                  check_reversibility: bool = True, reversibility_tol: float = 1e-6,
-                 third_derivatives: str = "auto", hessian: str = "auto"):
+                 third_derivatives: str = "auto", hessian: str = "auto",
+                 native: bool | None = None):
         if softness <= 0:
             raise ValueError("softness must be positive")
         self.density = density
@@ -256,6 +309,21 @@ class RMHMCKernel:
         #: All work done so far, recorded or not (initialisation, step-size probes); the
         #: kernel makes no plain gradient evaluation, so ``n_grad`` stays 0.
         self.totals = {"n_grad": 0, "n_hessian": 0, "n_third": 0}
+        available = bool(getattr(density, "native", False)) and hasattr(density,
+                                                                         "rmhmc_block")
+        if native and not available:
+            raise RuntimeError("the C++ generalised leapfrog needs a library built by "
+                               "ahmc-stan")
+        self.native = available if native is None else bool(native)
+        if self.native:
+            self._options = density.rmhmc_options(
+                self.softness, self.tol, self.max_iter, self.check_reversibility,
+                self.reversibility_tol, self.hessian_method, self.third_method,
+                self.max_energy_error)
+
+    def _count(self, hessians, thirds) -> None:
+        self.totals["n_hessian"] += int(hessians)
+        self.totals["n_third"] += int(thirds)
 
     # -- geometry
     def geometry(self, position: np.ndarray, third: bool = True) -> RMHMCState | None:
@@ -281,7 +349,12 @@ class RMHMCKernel:
         return RMHMCState(x.copy(), lp, grad, lam, Q, f, fp, T, J, static)
 
     def init(self, position: np.ndarray) -> RMHMCState:
-        state = self.geometry(position)
+        if self.native:
+            packed, counts = self.density.rmhmc_geometry(self._options, position)
+            self._count(*counts)
+            state = None if packed is None else RMHMCState.from_packed(packed, len(position))
+        else:
+            state = self.geometry(position)
         if state is None:
             raise ValueError("the initial point has a non-finite log density or derivative")
         return state
@@ -352,7 +425,13 @@ class RMHMCKernel:
     def integrate(self, state: RMHMCState, p: np.ndarray, step_size: float, n_steps: int
                   ) -> tuple[RMHMCState | None, np.ndarray, str, int]:
         """``n_steps`` generalised leapfrog steps; stops at the first failure.  Returns
-        (state, momentum, status, steps taken)."""
+        (state, momentum, status, steps taken).  In C++ when the kernel is native."""
+        if self.native:
+            status, packed, p, counts = self.density.rmhmc_integrate(
+                self._options, step_size, n_steps, state.pack(), p)
+            self._count(counts[0], counts[1])
+            new = None if packed is None else RMHMCState.from_packed(packed, len(p))
+            return new, p, ("ok", "fixed_point", "non_finite")[status], int(counts[2])
         for step in range(n_steps):
             state, p, status = self.leapfrog(state, p, step_size)
             if status != "ok":
@@ -372,51 +451,81 @@ class RMHMCKernel:
 
     def run(self, rng: np.random.Generator, state: RMHMCState, params: HMCParameters,
             n_iter: int) -> tuple[RMHMCState, RMHMCInfo]:
-        """``n_iter`` iterations at fixed (ε, L).  Randomness per iteration, in order: the
-        momentum (dims normals), ``L_r`` (if ``jitter``), ``log u``."""
+        """``n_iter`` iterations at fixed (ε, L): native, one C++ call whose random numbers
+        come from one 64-bit seed taken from ``rng`` (:meth:`run_native`); else in Python,
+        drawing per iteration, in order, the momentum (dims normals), ``L_r`` (if
+        ``jitter``) and ``log u`` from ``rng``."""
         if params.inv_metric is not None:
             raise ValueError("RMHMC uses the position-dependent SoftAbs metric; "
                              "inv_metric must be None")
-        eps = params.step_size
-        cols = {k: np.zeros(n_iter) for k in ("acc", "energy", "lp")}
-        ints = {k: np.zeros(n_iter, int) for k in
-                ("accepted", "divergent", "L", "grad", "hess", "third", "fail", "leap")}
+        if self.native:
+            state, info, _ = self.run_native(int(rng.integers(0, 2**63)), state, params,
+                                             n_iter)
+            return state, info
         positions = np.empty((n_iter, len(state.position)))
+        stats = np.empty((n_iter, len(self.NATIVE_STATS)))
         for i in range(n_iter):
             p = self.draw_momentum(rng, state)
             n_steps = (int(rng.integers(1, params.num_steps, endpoint=True)) if params.jitter
                        else int(params.num_steps))
             log_u = math.log(rng.uniform())
-            before = dict(self.totals)
-            h0 = state.hamiltonian(p)
-            new, p_new, status, taken = self.integrate(state, p, eps, n_steps)
-            delta = new.hamiltonian(p_new) - h0 if status == "ok" else math.inf
-            accepted = log_u < -delta
-            if accepted and self.check_reversibility:   # back from (x', −p') to (x, p)?
-                back, p_back, status_back, taken_back = self.integrate(new, -p_new, eps, n_steps)
-                taken += taken_back
-                if not (status_back == "ok" and self._returned(back.position, state.position)
-                        and self._returned(-p_back, p)):
-                    accepted, status = False, "fixed_point"
-            failed = status == "fixed_point"
-            ints["accepted"][i], ints["fail"][i] = accepted, failed
-            ints["divergent"][i] = status == "non_finite" or (
-                math.isfinite(delta) and delta > self.max_energy_error)
-            if not failed and math.isfinite(delta):
-                cols["acc"][i] = min(1.0, math.exp(-delta))
-            if accepted:
-                state = new
-            ints["L"][i], ints["leap"][i] = n_steps, taken
-            ints["hess"][i] = self.totals["n_hessian"] - before["n_hessian"]
-            ints["third"][i] = self.totals["n_third"] - before["n_third"]
-            cols["energy"][i] = h0 + delta if accepted else h0
-            cols["lp"][i] = state.logdensity
+            state, stats[i] = self.transition(state, p, n_steps, log_u, params.step_size)
             positions[i] = state.position
-        info = RMHMCInfo(positions, cols["acc"], ints["accepted"].astype(bool),
-                         ints["divergent"].astype(bool), ints["L"], ints["grad"],
-                         cols["energy"], cols["lp"], ints["hess"], ints["third"], ints["fail"],
-                         ints["leap"])
-        return state, info
+        return state, self._info(positions, stats)
+
+    def run_native(self, seed: int, state: RMHMCState, params: HMCParameters, n_iter: int,
+                   want_noise: bool = False
+                   ) -> tuple[RMHMCState, RMHMCInfo, np.ndarray | None]:
+        """``n_iter`` iterations in one C++ call (``ahmc_rmhmc_block``): iteration i draws
+        from ``seed`` the momentum ``p ~ N(0, G(x))``, ``L_r`` and ``u``, in this order,
+        and makes :meth:`transition`.  With ``want_noise`` also returns each iteration's
+        (p, L_r, log u) as rows ``[p..., L_r, log u]``."""
+        packed, draws, stats, noise = self.density.rmhmc_block(
+            self._options, n_iter, params.step_size, params.num_steps, params.jitter, seed,
+            state.pack(), want_noise)
+        columns = dict(zip(self.NATIVE_STATS, stats.T))
+        self._count(columns["n_hessian"].sum(), columns["n_third"].sum())
+        return (RMHMCState.from_packed(packed, len(state.position)),
+                self._info(draws, stats), noise)
+
+    def transition(self, state: RMHMCState, p: np.ndarray, n_steps: int, log_u: float,
+                   step_size: float) -> tuple[RMHMCState, np.ndarray]:
+        """One iteration from ``state`` with momentum ``p``: ``n_steps`` steps, accepted
+        iff ``log u < −ΔH`` and (with the check) the trajectory from ``(x', −p')`` returns
+        to ``(x, p)``.  Returns (the state kept, its :data:`NATIVE_STATS`)."""
+        before = dict(self.totals)
+        h0 = state.hamiltonian(p)
+        new, p_new, status, taken = self.integrate(state, p, step_size, n_steps)
+        delta = new.hamiltonian(p_new) - h0 if status == "ok" else math.inf
+        accepted = log_u < -delta
+        if accepted and self.check_reversibility:   # back from (x', −p') to (x, p)?
+            back, p_back, status_back, taken_back = self.integrate(new, -p_new, step_size,
+                                                                   n_steps)
+            taken += taken_back
+            if not (status_back == "ok" and self._returned(back.position, state.position)
+                    and self._returned(-p_back, p)):
+                accepted, status = False, "fixed_point"
+        failed = status == "fixed_point"
+        divergent = status == "non_finite" or (
+            math.isfinite(delta) and delta > self.max_energy_error)
+        accept_stat = (math.exp(min(0.0, -delta)) if not failed and math.isfinite(delta)
+                       else 0.0)
+        energy = h0 + delta if accepted else h0
+        if accepted:
+            state = new
+        return state, np.array([
+            accept_stat, accepted, divergent, n_steps, energy, state.logdensity,
+            self.totals["n_hessian"] - before["n_hessian"],
+            self.totals["n_third"] - before["n_third"], failed, taken], dtype=float)
+
+    def _info(self, positions: np.ndarray, stats: np.ndarray) -> RMHMCInfo:
+        c = dict(zip(self.NATIVE_STATS, stats.T))
+        ints = {k: c[k].astype(int) for k in ("num_steps", "n_hessian", "n_third",
+                                              "fixed_point_failures", "n_leapfrog")}
+        return RMHMCInfo(positions, c["accept_stat"], c["accepted"].astype(bool),
+                         c["divergent"].astype(bool), ints["num_steps"],
+                         np.zeros(len(stats), int), c["energy"], c["lp"], ints["n_hessian"],
+                         ints["n_third"], ints["fixed_point_failures"], ints["n_leapfrog"])
 
 
 # ---- constant metric -----------------------------------------------------------------------

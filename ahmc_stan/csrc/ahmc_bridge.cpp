@@ -549,7 +549,7 @@ int bs_set_print_callback(print_callback_t callback, char** error_msg) {
 // ahmc-stan's entry points for samplers.  The Python side calls them through ctypes with
 // preallocated buffers; none allocates an error message.
 
-int ahmc_layer_version() { return 2; }
+int ahmc_layer_version() { return 3; }
 
 // 1 if Hessians and Hessian-vector products are exact (forward-over-reverse autodiff,
 // csrc/ahmc_second_order.hpp), 0 if central differences of autodiff gradients.
@@ -1342,6 +1342,7 @@ int ahmc_model_third_derivatives(const stan::model::model_base* model,
 int ahmc_model_grad_tr_hessian(const stan::model::model_base* model,
                                const double* theta_unc, const double* mat, double* grad_tr)
     __attribute__((weak));
+int ahmc_third_order_available();
 }
 
 namespace {
@@ -1436,6 +1437,35 @@ void gradient_second_differences(const bs_model* m, const double* theta_unc,
   }
 }
 
+// The symmetrised third-derivative tensor of ahmc_third_derivatives (below); returns 0,
+// 1 when a result is not finite, 2 when method 2 is not available; throws what the model
+// throws.
+int third_derivative_tensor(const bs_model* m, const double* theta_unc, int method,
+                            double rel_step, double* third) {
+  const size_t n = m->param_unc_num;
+  std::vector<double> raw(n * n * n);
+  if (method == 2) {
+    if (!ahmc_third_order_available()) return 2;
+    if (ahmc_model_third_derivatives(m->model, theta_unc, raw.data())) return 1;
+  } else if (method == 0) {
+    hessian_derivative_slices(m, theta_unc, rel_step,
+                              [&](int l, const Eigen::MatrixXd& s) {
+                                for (size_t j = 0; j < n; ++j)
+                                  for (size_t k = 0; k < n; ++k)
+                                    raw[(l * n + j) * n + k] = s(j, k);
+                              });
+  } else {
+    gradient_second_differences(m, theta_unc, rel_step, raw);
+  }
+  auto t = [&](size_t a, size_t b, size_t c) { return raw[(a * n + b) * n + c]; };
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b)
+      for (size_t c = 0; c < n; ++c)
+        third[(a * n + b) * n + c] = (t(a, b, c) + t(a, c, b) + t(b, a, c) + t(b, c, a)
+                                      + t(c, a, b) + t(c, b, a)) / 6.0;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1476,31 +1506,10 @@ int ahmc_third_derivatives(const bs_model* m, const double* theta_unc, int metho
                            double rel_step, double* third) {
   try {
     ensure_ad_tape();
-    const size_t n = m->param_unc_num;
-    std::vector<double> raw(n * n * n);
-    if (method == 2) {
-      if (!ahmc_third_order_available()) return 2;
-      if (ahmc_model_third_derivatives(m->model, theta_unc, raw.data())) return 1;
-    } else if (method == 0) {
-      hessian_derivative_slices(m, theta_unc, rel_step,
-                                [&](int l, const Eigen::MatrixXd& s) {
-                                  for (size_t j = 0; j < n; ++j)
-                                    for (size_t k = 0; k < n; ++k)
-                                      raw[(l * n + j) * n + k] = s(j, k);
-                                });
-    } else {
-      gradient_second_differences(m, theta_unc, rel_step, raw);
-    }
-    auto t = [&](size_t a, size_t b, size_t c) { return raw[(a * n + b) * n + c]; };
-    for (size_t a = 0; a < n; ++a)
-      for (size_t b = 0; b < n; ++b)
-        for (size_t c = 0; c < n; ++c)
-          third[(a * n + b) * n + c] = (t(a, b, c) + t(a, c, b) + t(b, a, c) + t(b, c, a)
-                                        + t(c, a, b) + t(c, b, a)) / 6.0;
+    return third_derivative_tensor(m, theta_unc, method, rel_step, third);
   } catch (...) {
     return 1;
   }
-  return 0;
 }
 
 // grad_tr[l] = tr(M d/dx_l of the Hessian of log pi) for a dense n x n matrix M given
@@ -1528,6 +1537,501 @@ int ahmc_log_density_tr_hessian_grad(const bs_model* m, const double* theta_unc,
     return 1;
   }
   return 0;
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------
+// Riemann-manifold HMC with Betancourt's SoftAbs metric (2013, arXiv:1212.4693, section 4)
+// and the generalised leapfrog (Girolami & Calderhead 2011, eqs. 16-18): the iterations of
+// RMHMCKernel (ahmc_stan/riemann.py, whose module docstring derives the force), with the
+// same fixed points (Anderson acceleration of depth 2), thresholds, reversibility check,
+// rejection rules and counts of Hessians and third-derivative tensors.  The kernel's Python
+// implementation is the reference; tests compare the two on fixed starts and momenta.
+//
+// A point of a trajectory crosses to Python packed in one array (RMHMCState.packed):
+// x[n], lp, grad[n], lambda[n] (eigenvalues of -Hess log pi, ascending), Q[n x n]
+// (eigenvectors as columns, row-major), f[n] = SoftAbs(lambda), f'[n], J[n x n] (divided
+// differences, row-major), the momentum-free force[n] = d/dx [U + log det G / 2] and the
+// third-derivative tensor T[n x n x n]: 1 + 6n + 2n^2 + n^3 doubles.
+//
+// Options, a double array (NativeDensity.rmhmc_options): softness alpha, fixed-point
+// tolerance, maximum fixed-point iterations, check reversibility (0/1), reversibility
+// tolerance, Hessian method (0: model_hessian, autodiff where the model has it; 1: central
+// differences of gradients, H[:, i] = (g(x + h_i e_i) - g(x - h_i e_i)) / (the steps
+// taken), h_i = step max(1, |x_i|), symmetrised), its relative step, third-derivative
+// method (ahmc_third_derivatives' codes) and step, and the energy error that counts as a
+// divergence.
+
+namespace {
+
+using row_matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct rmhmc_options {
+  explicit rmhmc_options(const double* o)
+      : softness(o[0]), tol(o[1]), max_iter(static_cast<int>(o[2])),
+        check_reversibility(o[3] != 0), reversibility_tol(o[4]),
+        hessian_method(static_cast<int>(o[5])), hessian_step(o[6]),
+        third_method(static_cast<int>(o[7])), third_step(o[8]), max_energy_error(o[9]) {}
+  double softness, tol;
+  int max_iter;
+  bool check_reversibility;
+  double reversibility_tol;
+  int hessian_method;
+  double hessian_step;
+  int third_method;
+  double third_step, max_energy_error;
+};
+
+// A position with its SoftAbs geometry (RMHMCState); T and what derives from it (J, the
+// momentum-free force) only on points of a trajectory, not on the trial points of the
+// implicit position update.
+struct softabs_point {
+  explicit softabs_point(Eigen::Index n)
+      : x(n), grad(n), lam(n), f(n), fp(n), static_force(n), Q(n, n), J(n, n) {}
+  static size_t packed_size(size_t n) { return 1 + 6 * n + 2 * n * n + n * n * n; }
+
+  void load(const double* packed) {
+    const Eigen::Index n = x.size();
+    lp = packed[n];
+    x = Eigen::Map<const vector_d>(packed, n);
+    packed += n + 1;
+    for (vector_d* v : {&grad, &lam}) {
+      *v = Eigen::Map<const vector_d>(packed, n);
+      packed += n;
+    }
+    Q = Eigen::Map<const row_matrix>(packed, n, n);
+    packed += n * n;
+    for (vector_d* v : {&f, &fp}) {
+      *v = Eigen::Map<const vector_d>(packed, n);
+      packed += n;
+    }
+    J = Eigen::Map<const row_matrix>(packed, n, n);
+    packed += n * n;
+    static_force = Eigen::Map<const vector_d>(packed, n);
+    T = Eigen::Map<const row_matrix>(packed + n, n, n * n);
+  }
+
+  void store(double* packed) const {
+    const Eigen::Index n = x.size();
+    Eigen::Map<vector_d>(packed, n) = x;
+    packed[n] = lp;
+    packed += n + 1;
+    for (const vector_d* v : {&grad, &lam}) {
+      Eigen::Map<vector_d>(packed, n) = *v;
+      packed += n;
+    }
+    Eigen::Map<row_matrix>(packed, n, n) = Q;
+    packed += n * n;
+    for (const vector_d* v : {&f, &fp}) {
+      Eigen::Map<vector_d>(packed, n) = *v;
+      packed += n;
+    }
+    Eigen::Map<row_matrix>(packed, n, n) = J;
+    packed += n * n;
+    Eigen::Map<vector_d>(packed, n) = static_force;
+    Eigen::Map<row_matrix>(packed + n, n, n * n) = T;
+  }
+
+  vector_d x, grad, lam, f, fp, static_force;
+  Eigen::MatrixXd Q, J;
+  row_matrix T;  // T(l, j n + k) = d^3 log pi / dx_l dx_j dx_k
+  double lp = 0.0;
+};
+
+// f(lambda) = lambda coth(alpha lambda) and f'; with z = alpha lambda the series below
+// |z| < 1e-4 and |lambda| above |z| > 20 (riemann.softabs_eigenvalues).
+void softabs_eigenvalues(double alpha, const vector_d& lam, vector_d& f, vector_d& fp) {
+  for (Eigen::Index i = 0; i < lam.size(); ++i) {
+    const double z = alpha * lam(i), az = std::abs(z);
+    if (az < 1e-4) {
+      f(i) = (1.0 + z * z / 3.0) / alpha;
+      fp(i) = 2.0 * z / 3.0 * (1.0 - 2.0 * z * z / 15.0);
+    } else if (az <= 20.0) {
+      const double coth = 1.0 / std::tanh(z), s = std::sinh(z);
+      f(i) = lam(i) * coth;
+      fp(i) = coth - z / (s * s);
+    } else {
+      f(i) = std::abs(lam(i));
+      fp(i) = lam(i) > 0 ? 1.0 : -1.0;
+    }
+  }
+}
+
+// The generalised leapfrog on one model (RMHMCKernel.geometry, .leapfrog, .integrate),
+// counting the Hessians and tensors it evaluates.
+class rmhmc_integrator {
+ public:
+  rmhmc_integrator(const bs_model* m, const rmhmc_options& o)
+      : m_(m), o_(o), n_(m->param_unc_num), hess_(n_, n_), trial_(n_) {}
+
+  int n_hessian = 0, n_third = 0;
+
+  // The geometry at x into pt (x must not alias pt.x); false where the density or a
+  // derivative is not finite.  `third` false: a trial point, without T.
+  bool geometry(const vector_d& x, softabs_point& pt, bool third) {
+    ++n_hessian;
+    try {
+      pt.x = x;
+      if (!hessian(x, pt.lp, pt.grad)) return false;
+      eigen_.compute(-hess_);
+      if (eigen_.info() != Eigen::Success) return false;
+      pt.lam = eigen_.eigenvalues();
+      pt.Q = eigen_.eigenvectors();
+      softabs_eigenvalues(o_.softness, pt.lam, pt.f, pt.fp);
+      if (!third) return true;
+      ++n_third;
+      pt.T.resize(n_, n_ * n_);
+      if (third_derivative_tensor(m_, x.data(), o_.third_method, o_.third_step,
+                                  pt.T.data()) != 0) {
+        return false;
+      }
+    } catch (...) {
+      return false;
+    }
+    for (Eigen::Index i = 0; i < n_; ++i) {  // riemann.softabs_divided_differences
+      for (Eigen::Index j = 0; j < n_; ++j) {
+        const double dl = pt.lam(i) - pt.lam(j);
+        const double scale = std::max(std::max(std::abs(pt.lam(i)), std::abs(pt.lam(j))),
+                                      1.0 / o_.softness);
+        pt.J(i, j) = std::abs(dl) <= 1e-7 * scale ? 0.5 * (pt.fp(i) + pt.fp(j))
+                                                   : (pt.f(i) - pt.f(j)) / dl;
+      }
+    }
+    // d/dx [U + log det G / 2] = -grad - tr(W0 d_l Hess log pi), W0 = Q diag(f'/2f) Q'
+    work_.noalias() = pt.Q * (0.5 * pt.fp.cwiseQuotient(pt.f)).asDiagonal() * pt.Q.transpose();
+    pt.static_force.noalias() = -pt.grad - pt.T * Eigen::Map<const vector_d>(work_.data(),
+                                                                            n_ * n_);
+    return true;
+  }
+
+  // dH/dx at pt for momentum p: the momentum-free force + tr(B d_l Hess log pi) / 2 with
+  // B = Q (J o v v') Q', v = diag(1/f) Q'p (RMHMCState.force).
+  void force(const softabs_point& pt, const vector_d& p, vector_d& out) {
+    v_.noalias() = pt.Q.transpose() * p;
+    v_.array() /= pt.f.array();
+    mat_ = pt.J.cwiseProduct(v_ * v_.transpose());
+    work_.noalias() = pt.Q * mat_ * pt.Q.transpose();
+    out = pt.static_force;
+    out.noalias() += 0.5 * (pt.T * Eigen::Map<const vector_d>(work_.data(), n_ * n_));
+  }
+
+  // G^-1 p.
+  void velocity(const softabs_point& pt, const vector_d& p, vector_d& out) {
+    v_.noalias() = pt.Q.transpose() * p;
+    v_.array() /= pt.f.array();
+    out.noalias() = pt.Q * v_;
+  }
+
+  // U + log det G / 2 + p'G^-1 p / 2.
+  double hamiltonian(const softabs_point& pt, const vector_d& p) {
+    v_.noalias() = pt.Q.transpose() * p;
+    const double kinetic = 0.5 * (v_.array().square() / pt.f.array()).sum();
+    return -pt.lp + 0.5 * pt.f.array().log().sum() + kinetic;
+  }
+
+  // One generalised leapfrog step from (from, p) to `to`, p updated; 0 ok, 1 a fixed
+  // point did not converge, 2 not finite (p unchanged on failure).
+  int leapfrog(const softabs_point& from, vector_d& p, double eps, softabs_point& to) {
+    const double half = 0.5 * eps;
+    int status = fixed_point(  // the implicit momentum half step
+        [&](const vector_d& q, vector_d& out) {
+          force(from, q, force_);
+          out = p - half * force_;
+          return true;
+        },
+        p, p_half_);
+    if (status) return status;
+    velocity(from, p_half_, v0_);
+    start_ = from.x + eps * v0_;
+    status = fixed_point(  // the implicit position step, from the iterate of x' = x
+        [&](const vector_d& y, vector_d& out) {
+          if (!geometry(y, trial_, false)) return false;
+          velocity(trial_, p_half_, v1_);
+          out = from.x + half * (v0_ + v1_);
+          return true;
+        },
+        start_, x_new_);
+    if (status) return status;
+    if (!geometry(x_new_, to, true)) return 2;
+    force(to, p_half_, force_);
+    p = p_half_ - half * force_;
+    return 0;
+  }
+
+  // n_steps steps from (start, p) through the buffers a and b, stopping at the first
+  // failure; returns its status, sets `taken` and, on success, `end`.
+  int integrate(const softabs_point& start, vector_d& p, double eps, int n_steps,
+                softabs_point& a, softabs_point& b, const softabs_point*& end, int& taken) {
+    const softabs_point* from = &start;
+    for (int step = 0; step < n_steps; ++step) {
+      softabs_point& to = step % 2 == 0 ? a : b;
+      const int status = leapfrog(*from, p, eps, to);
+      if (status) {
+        taken = step + 1;
+        return status;
+      }
+      from = &to;
+    }
+    taken = n_steps;
+    end = from;
+    return 0;
+  }
+
+  // max |a - b| <= tol max(1, max |b|).
+  static bool close(const vector_d& a, const vector_d& b, double tol) {
+    return (a - b).cwiseAbs().maxCoeff() <= tol * std::max(1.0, b.cwiseAbs().maxCoeff());
+  }
+
+ private:
+  bool hessian(const vector_d& x, double& lp, vector_d& grad) {
+    if (o_.hessian_method != 1) {
+      lp = finite_log_density_hessian(m_, x, grad, hess_);
+      hess_ = (0.5 * (hess_ + hess_.transpose())).eval();
+      return true;
+    }
+    if (ahmc_log_density_gradient(m_, true, true, x.data(), &lp, grad.data())) return false;
+    y_ = x;
+    above_.resize(n_);
+    below_.resize(n_);
+    double lp_at;
+    for (Eigen::Index i = 0; i < n_; ++i) {
+      const double h = o_.hessian_step * std::max(1.0, std::abs(x(i)));
+      y_(i) = x(i) + h;
+      const double up = y_(i) - x(i);  // the steps actually taken
+      if (ahmc_log_density_gradient(m_, true, true, y_.data(), &lp_at, above_.data()))
+        return false;
+      y_(i) = x(i) - h;
+      const double down = x(i) - y_(i);
+      if (ahmc_log_density_gradient(m_, true, true, y_.data(), &lp_at, below_.data()))
+        return false;
+      y_(i) = x(i);
+      hess_.col(i) = (above_ - below_) / (up + down);
+    }
+    hess_ = (0.5 * (hess_ + hess_.transpose())).eval();
+    return hess_.allFinite();
+  }
+
+  // Solves y = g(y) from `start` by fixed-point iteration with Anderson acceleration of
+  // depth 2 (Walker & Ni 2011; RMHMCKernel._fixed_point): converged when
+  // max |g(y) - y| <= tol max(1, max |g(y)|), then out = g(y) and 0; 1 after max_iter
+  // iterations, 2 where g fails or is not finite.  The least squares of the acceleration
+  // by SVD with numpy's lstsq cutoff (minimum norm).
+  template <typename G>
+  int fixed_point(G&& g, const vector_d& start, vector_d& out) {
+    y_fp_ = start;
+    int count = 0;
+    for (int it = 0; it < o_.max_iter; ++it) {
+      if (!g(y_fp_, gy_) || !gy_.allFinite()) return 2;
+      if (close(gy_, y_fp_, o_.tol)) {
+        out = gy_;
+        return 0;
+      }
+      if (count == 3) {
+        std::swap(gs_[0], gs_[1]);
+        std::swap(gs_[1], gs_[2]);
+        std::swap(fs_[0], fs_[1]);
+        std::swap(fs_[1], fs_[2]);
+        count = 2;
+      }
+      gs_[count] = gy_;
+      fs_[count] = gy_ - y_fp_;
+      ++count;
+      if (count > 1) {
+        d_f_.resize(n_, count - 1);
+        d_g_.resize(n_, count - 1);
+        for (int c = 0; c + 1 < count; ++c) {
+          d_f_.col(c) = fs_[c + 1] - fs_[c];
+          d_g_.col(c) = gs_[c + 1] - gs_[c];
+        }
+        svd_.compute(d_f_, Eigen::ComputeThinU | Eigen::ComputeThinV);
+        svd_.setThreshold(std::numeric_limits<double>::epsilon()
+                          * std::max<Eigen::Index>(n_, count - 1));
+        gamma_ = svd_.solve(fs_[count - 1]);
+        y_fp_ = gy_ - d_g_ * gamma_;
+      } else {
+        y_fp_ = gy_;
+      }
+    }
+    return 1;
+  }
+
+  const bs_model* m_;
+  rmhmc_options o_;
+  Eigen::Index n_;
+  Eigen::MatrixXd hess_, mat_, d_f_, d_g_;
+  row_matrix work_;
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eigen_;
+  Eigen::JacobiSVD<Eigen::MatrixXd> svd_;
+  softabs_point trial_;
+  vector_d y_, above_, below_, v_, force_, p_half_, v0_, v1_, start_, x_new_, y_fp_, gy_,
+      gamma_, gs_[3], fs_[3];
+};
+
+// Columns of ahmc_rmhmc_block's statistics (RMHMCKernel.NATIVE_STATS).
+constexpr int kRmhmcStats = 10;
+
+// One chain's RMHMC transitions (RMHMCKernel.transition) from a packed point: the current
+// point, two buffers for the forward trajectory and two for the reversibility check's;
+// the point kept on acceptance changes place, nothing is copied.  The five tensors take
+// 5 n^3 doubles (320 MB at n = 200, the largest SoftAbs default; the check's two
+// buffers are filled on its first use).
+class rmhmc_chain {
+ public:
+  rmhmc_chain(const bs_model* m, const rmhmc_options& o, const double* packed)
+      : o_(o), integrator_(m, o), p_(m->param_unc_num), back_p_(m->param_unc_num) {
+    for (int i = 0; i < 5; ++i) points_.emplace_back(m->param_unc_num);
+    points_[0].load(packed);
+  }
+  rmhmc_integrator& integrator() { return integrator_; }
+  const softabs_point& current() const { return points_[cur_]; }
+
+  // p ~ N(0, G(x)) = Q diag(sqrt f) z.
+  void momentum(const vector_d& z, vector_d& p) const {
+    const softabs_point& s = current();
+    p.noalias() = s.Q * s.f.cwiseSqrt().cwiseProduct(z);
+  }
+
+  // The iteration from momentum p0 with n_steps steps, accepting iff log u < -dH and
+  // (with the check) the trajectory from (x', -p') returns to (x, p0); its statistics
+  // into stats[kRmhmcStats].
+  void transition(const vector_d& p0, int n_steps, double log_u, double eps,
+                  double* stats) {
+    const int hessians = integrator_.n_hessian, thirds = integrator_.n_third;
+    const softabs_point& state = points_[cur_];
+    int others[4], k = 0;
+    for (int i = 0; i < 5; ++i)
+      if (i != cur_) others[k++] = i;
+    const double h0 = integrator_.hamiltonian(state, p0);
+    p_ = p0;
+    const softabs_point* end = nullptr;
+    int taken = 0;
+    int status = integrator_.integrate(state, p_, eps, n_steps, points_[others[0]],
+                                       points_[others[1]], end, taken);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double delta = status == 0 ? integrator_.hamiltonian(*end, p_) - h0 : inf;
+    bool accepted = log_u < -delta;
+    if (accepted && o_.check_reversibility) {
+      back_p_ = -p_;
+      const softabs_point* back = nullptr;
+      int taken_back = 0;
+      const int status_back = integrator_.integrate(*end, back_p_, eps, n_steps,
+                                                    points_[others[2]], points_[others[3]],
+                                                    back, taken_back);
+      taken += taken_back;
+      if (!(status_back == 0
+            && rmhmc_integrator::close(back->x, state.x, o_.reversibility_tol)
+            && rmhmc_integrator::close(-back_p_, p0, o_.reversibility_tol))) {
+        accepted = false;
+        status = 1;
+      }
+    }
+    const bool failed = status == 1;
+    const bool finite = std::isfinite(delta);
+    stats[0] = !failed && finite ? std::min(1.0, std::exp(-delta)) : 0.0;
+    stats[1] = accepted;
+    stats[2] = status == 2 || (finite && delta > o_.max_energy_error);
+    stats[3] = n_steps;
+    stats[4] = accepted ? h0 + delta : h0;
+    if (accepted) cur_ = static_cast<int>(end - points_.data());
+    stats[5] = points_[cur_].lp;
+    stats[6] = integrator_.n_hessian - hessians;
+    stats[7] = integrator_.n_third - thirds;
+    stats[8] = failed;
+    stats[9] = taken;
+  }
+
+ private:
+  rmhmc_options o_;
+  rmhmc_integrator integrator_;
+  std::vector<softabs_point> points_;
+  int cur_ = 0;
+  vector_d p_, back_p_;
+};
+
+}  // namespace
+
+extern "C" {
+
+// The SoftAbs geometry at `x` (RMHMCKernel.init) into `point` (packed, see above), with
+// the `options` above; counts[0..1] = the Hessians and tensors evaluated.  Returns 0, or
+// 1 where the density or a derivative is not finite.
+int ahmc_rmhmc_geometry(const bs_model* m, const double* options, const double* x,
+                        double* point, int* counts) {
+  ensure_ad_tape();
+  const rmhmc_options o(options);
+  rmhmc_integrator integrator(m, o);
+  softabs_point pt(m->param_unc_num);
+  const bool ok = integrator.geometry(Eigen::Map<const vector_d>(x, m->param_unc_num), pt,
+                                      true);
+  counts[0] = integrator.n_hessian;
+  counts[1] = integrator.n_third;
+  if (!ok) return 1;
+  pt.store(point);
+  return 0;
+}
+
+// `n_steps` generalised leapfrog steps of size `eps` from the packed `point` and the
+// momentum `p` (RMHMCKernel.integrate), stopping at the first failure: `p` updated, the
+// final point packed into `point_out` on success; counts[0..2] = Hessians, tensors, steps
+// taken.  Returns 0 ok, 1 a fixed point did not converge, 2 not finite.
+int ahmc_rmhmc_integrate(const bs_model* m, const double* options, double eps,
+                         int n_steps, const double* point, double* p, double* point_out,
+                         int* counts) {
+  ensure_ad_tape();
+  const Eigen::Index n = m->param_unc_num;
+  const rmhmc_options o(options);
+  rmhmc_integrator integrator(m, o);
+  softabs_point start(n), a(n), b(n);
+  start.load(point);
+  vector_d momentum = Eigen::Map<const vector_d>(p, n);
+  const softabs_point* end = nullptr;
+  int taken = 0;
+  const int status = integrator.integrate(start, momentum, eps, n_steps, a, b, end, taken);
+  counts[0] = integrator.n_hessian;
+  counts[1] = integrator.n_third;
+  counts[2] = taken;
+  Eigen::Map<vector_d>(p, n) = momentum;
+  if (status == 0) end->store(point_out);
+  return status;
+}
+
+// `n_iter` RMHMC iterations (RMHMCKernel.run) at step size `eps` from the packed `point`,
+// updated in place.  Iteration i draws, in this order and from `seed` (block_rng), z (n
+// normals) for the momentum p = Q diag(sqrt f) z ~ N(0, G(x)), L_r ~ Uniform{1..max_steps}
+// (max_steps without `jitter`) and u ~ Uniform(0, 1], then makes the transition with
+// log u.  Per iteration it writes the point kept to `draws` (row i) and kRmhmcStats
+// statistics to `stats` (row-major: accept_stat, accepted, divergent, L_r, energy, lp,
+// Hessians, tensors, fixed-point failure, leapfrog steps); `noise` (nullable) gets p, L_r
+// and log u (n + 2 values), for tests.  Returns 0, or 1 on an exception (out of memory).
+int ahmc_rmhmc_block(const bs_model* m, const double* options, int n_iter, double eps,
+                     int max_steps, int jitter, uint64_t seed, double* point, double* draws,
+                     double* stats, double* noise) try {
+  ensure_ad_tape();
+  const int n = m->param_unc_num;
+  const rmhmc_options o(options);
+  rmhmc_chain chain(m, o, point);
+  block_rng rng(seed);
+  vector_d z(n), p(n);
+  for (int i = 0; i < n_iter; ++i) {
+    for (int j = 0; j < n; ++j) z(j) = rng.normal();
+    chain.momentum(z, p);
+    const int n_steps = jitter ? rng.uniform_int(1, max_steps) : max_steps;
+    const double log_u = std::log(rng.uniform_positive());
+    if (noise) {
+      double* row = noise + static_cast<size_t>(i) * (n + 2);
+      std::copy(p.data(), p.data() + n, row);
+      row[n] = n_steps;
+      row[n + 1] = log_u;
+    }
+    chain.transition(p, n_steps, log_u, eps, stats + static_cast<size_t>(i) * kRmhmcStats);
+    const vector_d& x = chain.current().x;
+    std::copy(x.data(), x.data() + n, draws + static_cast<size_t>(i) * n);
+  }
+  chain.current().store(point);
+  return 0;
+} catch (...) {
+  return 1;
 }
 
 }  // extern "C"

@@ -6,7 +6,8 @@ Girolami & Calderhead 2011 protocol).
 ``metric`` chooses the geometry:
 
 * ``"softabs"`` (default up to 200 dimensions): the position-dependent SoftAbs metric
-  G(x) with the generalised leapfrog (:class:`~ahmc_stan.riemann.RMHMCKernel`).
+  G(x) with the generalised leapfrog (:class:`~ahmc_stan.riemann.RMHMCKernel`, whose
+  iterations run in C++ blocks, ``ahmc_rmhmc_block``).
 * ``"constant"`` (default above 200 dimensions): the SoftAbs of the Hessian at the mode
   (L-BFGS from the chain's initial point, :func:`~ahmc_stan.riemann.constant_softabs_metric`)
   as the fixed dense metric of plain HMC — what Girolami & Calderhead do for the LGCP.
