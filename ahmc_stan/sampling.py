@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import multiprocessing
@@ -312,9 +313,15 @@ class ChainProgress:
             self.bar.close()
 
 
-def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
-    from threadpoolctl import threadpool_limits
+@functools.lru_cache(maxsize=None)
+def _threadpools():
+    """This process's thread pools (BLAS's), found once: the scan takes milliseconds."""
+    from threadpoolctl import ThreadpoolController
 
+    return ThreadpoolController()
+
+
+def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
     run_chain = SAMPLERS[sampler]()
     rng = np.random.default_rng(seed)
     x0 = model.initial_point(rng, init, radius=radius)
@@ -328,7 +335,7 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
             _CHAIN_RUNNING = False
 
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _threadpools().limit(limits=1, user_api="blas"):
             return run_chain(model, rng, x0, warmup, draws, report, **options)
     except StuckChainError as err:  # name the chain (1-based, as the progress bars)
         raise err.for_chain(chain + 1) from None

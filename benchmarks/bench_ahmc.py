@@ -26,22 +26,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class TunerClock:
-    """Times every BayesOptTuner.update call (the GP and the acquisition) and notes when
-    the chain's sampling phase starts, so the tuner's time in sampling is known."""
+    """Times every BayesOptTuner.update_many call (the GP and the acquisition; ``update``
+    goes through it) and notes when the chain's sampling phase starts, so the tuner's time
+    in sampling is known."""
 
     def __init__(self):
         self.calls: list[tuple[float, float]] = []   # (start, seconds)
         self.sampling_start = float("inf")
-        self._update = BayesOptTuner.update
+        self._update = BayesOptTuner.update_many
         self._mark = ChainRecorder.mark_sampling_start
 
     def __enter__(self):
         clock = self
 
-        def timed(tuner, gamma, reward):
+        def timed(tuner, gamma, rewards):
             t = time.perf_counter()
             try:
-                return clock._update(tuner, gamma, reward)
+                return clock._update(tuner, gamma, rewards)
             finally:
                 clock.calls.append((t, time.perf_counter() - t))
 
@@ -49,12 +50,12 @@ class TunerClock:
             clock.sampling_start = time.perf_counter()
             return clock._mark(recorder, chain_start)
 
-        BayesOptTuner.update = timed
+        BayesOptTuner.update_many = timed
         ChainRecorder.mark_sampling_start = mark
         return self
 
     def __exit__(self, *exc):
-        BayesOptTuner.update = self._update
+        BayesOptTuner.update_many = self._update
         ChainRecorder.mark_sampling_start = self._mark
 
     def seconds(self, after: float = -float("inf")) -> float:

@@ -424,3 +424,54 @@ def test_annealing_starts_during_warmup():
     assert tuning_extras(frozen)["gamma_moves_sampling"] == 0
     with pytest.raises(ValueError, match="anneal_start"):
         TuningOptions(anneal_start=0.0)
+
+
+@pytest.mark.parametrize("k", [1, 8, 1000])
+def test_update_many_is_update_one_after_another(k):
+    """A batch of rewards at one γ (the sampler's blocks between two moves, or across moves
+    when k makes every update move) leaves the tuner exactly as single updates do."""
+    one, many = (BayesOptTuner(hmc_box(), seed=3, k=k, grid_points=500) for _ in range(2))
+    rewards = np.random.default_rng(0).uniform(-0.1, 1.0, size=60)
+    start = 0
+    for size in [1, 3, 7, 2, 12, 5, 30]:
+        gamma = many.propose()
+        assert one.propose() == gamma
+        batch = rewards[start:start + size]
+        start += size
+        for r in batch:
+            one.update(gamma, float(r))
+        many.update_many(gamma, batch)
+        if start >= 30 and not many.frozen:  # the last batch frozen
+            one.freeze()
+            many.freeze()
+    assert one.history == many.history
+    assert one.propose() == many.propose()
+    assert np.array_equal(one.gp.inputs, many.gp.inputs)
+    assert np.array_equal(one.gp.means, many.gp.means)
+    assert np.array_equal(one.gp.counts, many.gp.counts)
+    assert one.rng.random() == many.rng.random()
+    if k == 1000:  # p = 1 throughout warmup: every unfrozen update moved
+        assert sum(r.moved for r in many.history) == 30
+
+
+def test_update_many_rejects_a_nonfinite_reward_before_changing_anything():
+    tuner = BayesOptTuner(hmc_box(), seed=1)
+    with pytest.raises(ValueError, match="finite"):
+        tuner.update_many(tuner.propose(), [0.5, float("nan")])
+    assert tuner.i == 0 and tuner.gp.n_observations == 0 and tuner.history == []
+
+
+def test_direct_point_acquisition_equals_the_batch_acquisition():
+    """DIRECT's one-point path gives the acquisition's values at one point bit for bit (so
+    the maximiser takes the same path either way), and the batch's to rounding."""
+    tuner = BayesOptTuner(hmc_box(), seed=2, k=5, maximizer="direct", direct_maxfun=200)
+    for _ in range(12):
+        g = tuner.propose()
+        tuner.update(g, float(_bump(g["eps"], g["L"])))
+    acq = tuner._acquisition_at(0.3)
+    points = np.random.default_rng(1).uniform(size=(50, 2))
+    single = [acq.point(u) for u in points]
+    assert single == [float(acq(u[None])[0]) for u in points]
+    np.testing.assert_allclose(single, acq(points), rtol=1e-12)
+    plain = maximize_direct(lambda U: acq(U), tuner.box, maxfun=200)
+    assert np.array_equal(maximize_direct(acq, tuner.box, maxfun=200), plain)

@@ -141,8 +141,7 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
         n_iter = min(n_blocks * m, remaining)
         previous, positions = run_block(gamma, n_iter, 1 if in_warmup else 2)
         if not tuner.frozen:
-            for r in rewards(previous, positions, gamma, m):
-                tuner.update(gamma, float(r))
+            tuner.update_many(gamma, rewards(previous, positions, gamma, m))
         progress(rec.n)
         if callback is not None:
             callback(rec)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import direct as _scipy_direct
@@ -108,6 +108,8 @@ def maximize_grid(acq: Acquisition, box: Box, max_points: int = 20000, resolutio
 
 def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: Any) -> np.ndarray:
     """``argmax`` of ``acq`` by DIRECT (:func:`scipy.optimize.direct`) on the unit cube; box units.
+    DIRECT asks for one point at a time: if ``acq`` has an attribute ``point``, a function
+    of one unit point ``(d,)`` to the same value, that is called instead.
 
     Integer dimensions are rounded before each evaluation, so the maximiser searches the
     mixed box of Section 3.  Extra keyword arguments go to :func:`scipy.optimize.direct`
@@ -128,8 +130,11 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
             out.append(((round(v) if integer else v) - low) / width)  # ties to even
         return np.array([out])
 
+    point = getattr(acq, "point", None)
+
     def neg(u: np.ndarray) -> float:
-        val = float(np.asarray(acq(snapped(u))).ravel()[0])
+        val = float(np.asarray(acq(snapped(u))).ravel()[0]) if point is None \
+            else point(snapped(u)[0])
         return -val if math.isfinite(val) else math.inf
 
     res = _scipy_direct(neg, [(0.0, 1.0)] * box.ndim, maxfun=maxfun, **kwargs)
@@ -298,47 +303,77 @@ class BayesOptTuner:
         mu, var = self.gp.predict(unit_points)
         return ucb(mu, np.sqrt(var), self._s, p, beta)
 
+    def _acquisition_at(self, p: float) -> Acquisition:
+        """``U ↦ acquisition(U, p)``, with ``.point``: the same at one point ``(d,)``,
+        its constants computed once (for :func:`maximize_direct`)."""
+        def acq(unit_points):
+            return self.acquisition(unit_points, p)
+
+        if self.gp.n_unique:
+            s, w = self._s, p * math.sqrt(beta_schedule(self._i + 1, self.box.ndim,
+                                                         self.delta))
+            predict = None  # made at the first call: the grid maximiser never needs it
+
+            def point(u: np.ndarray) -> float:  # as ucb() computes it
+                nonlocal predict
+                if predict is None:
+                    predict = self.gp.point_predictor()
+                mu, var = predict(u)
+                return s * mu + w * math.sqrt(var)
+
+            acq.point = point
+        return acq
+
     def update(self, gamma: Mapping[str, float], reward: float) -> None:
         """Record the reward of the block run at ``gamma`` and choose γ_{i+1} (Algorithm 2).
 
         ``gamma`` is normally what :meth:`propose` returned; it is clipped into the box and
         its integer dims rounded.  One ``U[0,1)`` draw is consumed unless frozen.
         """
-        reward = float(reward)
-        if not math.isfinite(reward):
-            raise ValueError(f"reward must be finite, got {reward}")
+        self.update_many(gamma, [reward])
+
+    def update_many(self, gamma: Mapping[str, float], rewards: Sequence[float]) -> None:
+        """The rewards of consecutive blocks all run at ``gamma``: exactly :meth:`update`
+        called for each in turn (the same GP, uniforms, moves and history), with ``gamma``
+        converted once and the GP given the rewards between two moves at once."""
+        rewards = [float(r) for r in rewards]
+        bad = [r for r in rewards if not math.isfinite(r)]
+        if bad:
+            raise ValueError(f"reward must be finite, got {bad[0]}")
         x = self.box.snap(gamma)
-        self._i += 1
-        i = self._i
-        self.gp.add(self.box.to_unit(x), reward)                       # line 5
-        if reward > self._r_max:                                       # lines 6-8
-            if reward > 0 and self.alpha is not None:
-                self._s = self.alpha / reward
-            self._r_max = reward
-        beta = beta_schedule(i + 1, self.box.ndim, self.delta)
-        if self._frozen:
-            p, moved, nxt = 0.0, False, self._current
-        else:
-            u = self._queued_u.pop(0) if self._queued_u else self.rng.random()  # line 9
-            p = float(self._schedule(i))                               # line 10
-            moved = bool(u < p)
-            if moved:                                                  # line 12
-                nxt = self.box.snap(self._maximize(lambda U: self.acquisition(U, p), self.box))
-            else:                                                      # line 14
-                nxt = x
-        self._current = np.array(nxt, dtype=float)
-        self.history.append(
-            TunerRecord(
-                i=i,
-                gamma=self.box.to_dict(x),
-                reward=reward,
-                p=p,
-                moved=moved,
-                s=self._s,
-                beta=beta,
-                next_gamma=self.box.to_dict(self._current),
-            )
-        )
+        unit = self.box.to_unit(x)
+        at = self.box.to_dict(x)
+        current = self.box.to_dict(self._current)
+        pending: list[float] = []
+        for reward in rewards:
+            self._i += 1
+            i = self._i
+            pending.append(reward)                                     # line 5
+            if reward > self._r_max:                                   # lines 6-8
+                if reward > 0 and self.alpha is not None:
+                    self._s = self.alpha / reward
+                self._r_max = reward
+            beta = beta_schedule(i + 1, self.box.ndim, self.delta)
+            if self._frozen:
+                p, moved = 0.0, False
+            else:
+                u = self._queued_u.pop(0) if self._queued_u else self.rng.random()  # line 9
+                p = float(self._schedule(i))                               # line 10
+                moved = bool(u < p)
+                if moved:                                                  # line 12
+                    self.gp.add_many(unit, pending)
+                    pending = []
+                    self._current = np.array(self.box.snap(self._maximize(
+                        self._acquisition_at(p), self.box)), dtype=float)
+                    current = self.box.to_dict(self._current)
+                else:                                                      # line 14
+                    self._current = np.array(x, dtype=float)
+                    current = at
+            self.history.append(TunerRecord(i=i, gamma=dict(at), reward=reward, p=p,
+                                            moved=moved, s=self._s, beta=beta,
+                                            next_gamma=dict(current)))
+        if pending:
+            self.gp.add_many(unit, pending)
 
     def updates_until_move(self, n: int) -> int:
         """How many of the next ``n`` updates run up to and including the first that will

@@ -148,22 +148,31 @@ class GaussianProcess:
 
     def add(self, x: Sequence[float] | np.ndarray, y: float) -> None:
         """Add one observation ``y = f(x) + η``."""
+        self.add_many(x, [y])
+
+    def add_many(self, x: Sequence[float] | np.ndarray, ys: Sequence[float]) -> None:
+        """Add observations ``y_1, y_2, ...`` all at ``x``, as :meth:`add` in turn does."""
         xa = np.asarray(x, dtype=float).ravel()
         if xa.size != self.ndim:
             raise ValueError(f"expected an input of length {self.ndim}, got {xa.size}")
-        y = float(y)
-        if not np.isfinite(y) or not np.all(np.isfinite(xa)):
+        ys = [float(y) for y in ys]
+        if not all(np.isfinite(ys)) or not np.all(np.isfinite(xa)):
             raise ValueError("inputs and observations must be finite")
+        if not ys:
+            return
         key = tuple(xa.tolist())
         j = self._index.get(key)
         if j is None:
-            self._index[key] = len(self._x)
+            j = self._index[key] = len(self._x)
             self._x.append(xa)
-            self._sum.append(y)
+            self._sum.append(ys[0])
             self._count.append(1)
-        else:
-            self._sum[j] += y
-            self._count[j] += 1
+            ys = ys[1:]
+        total = self._sum[j]
+        for y in ys:  # in order: the same sum as one add() after another
+            total += y
+        self._sum[j] = total
+        self._count[j] += len(ys)
         self._factor = None
 
     # ------------------------------------------------------------ posterior
@@ -178,12 +187,22 @@ class GaussianProcess:
 
     def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
         """Mean and variance at one point from ``A⁻¹`` and the scaled inputs."""
+        return self.point_predictor()(x)
+
+    def point_predictor(self):
+        """``x ↦ (μ(x), σ²(x))`` for one point ``x`` of shape ``(d,)`` (at least one
+        observation), with everything that does not depend on ``x`` computed now: for a
+        maximiser that asks for one point at a time (DIRECT), until the next :meth:`add`."""
         _, alpha = self._factorise()
         Ainv = self._inverse()
-        scaled = self._point[0]
-        diff = scaled - x / self.length_scales
-        k = self.signal_var * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
-        return float(k @ alpha), max(self.signal_var - float(k @ (Ainv @ k)), 0.0)
+        scaled, ls, sf = self._point[0], self.length_scales, self.signal_var
+
+        def predict(x: np.ndarray) -> tuple[float, float]:
+            diff = scaled - x / ls
+            k = sf * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
+            return float(k @ alpha), max(sf - float(k @ (Ainv @ k)), 0.0)
+
+        return predict
 
     def _factorise(self) -> tuple[np.ndarray, np.ndarray]:
         if self._factor is None:
