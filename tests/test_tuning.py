@@ -460,18 +460,3 @@ def test_update_many_rejects_a_nonfinite_reward_before_changing_anything():
         tuner.update_many(tuner.propose(), [0.5, float("nan")])
     assert tuner.i == 0 and tuner.gp.n_observations == 0 and tuner.history == []
 
-
-def test_direct_point_acquisition_equals_the_batch_acquisition():
-    """DIRECT's one-point path gives the acquisition's values at one point bit for bit (so
-    the maximiser takes the same path either way), and the batch's to rounding."""
-    tuner = BayesOptTuner(hmc_box(), seed=2, k=5, maximizer="direct", direct_maxfun=200)
-    for _ in range(12):
-        g = tuner.propose()
-        tuner.update(g, float(_bump(g["eps"], g["L"])))
-    acq = tuner._acquisition_at(0.3)
-    points = np.random.default_rng(1).uniform(size=(50, 2))
-    single = [acq.point(u) for u in points]
-    assert single == [float(acq(u[None])[0]) for u in points]
-    np.testing.assert_allclose(single, acq(points), rtol=1e-12)
-    plain = maximize_direct(lambda U: acq(U), tuner.box, maxfun=200)
-    assert np.array_equal(maximize_direct(acq, tuner.box, maxfun=200), plain)

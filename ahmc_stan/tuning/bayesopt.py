@@ -108,8 +108,6 @@ def maximize_grid(acq: Acquisition, box: Box, max_points: int = 20000, resolutio
 
 def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: Any) -> np.ndarray:
     """``argmax`` of ``acq`` by DIRECT (:func:`scipy.optimize.direct`) on the unit cube; box units.
-    DIRECT asks for one point at a time: if ``acq`` has an attribute ``point``, a function
-    of one unit point ``(d,)`` to the same value, that is called instead.
 
     Integer dimensions are rounded before each evaluation, so the maximiser searches the
     mixed box of Section 3.  Extra keyword arguments go to :func:`scipy.optimize.direct`
@@ -130,11 +128,8 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
             out.append(((round(v) if integer else v) - low) / width)  # ties to even
         return np.array([out])
 
-    point = getattr(acq, "point", None)
-
     def neg(u: np.ndarray) -> float:
-        val = float(np.asarray(acq(snapped(u))).ravel()[0]) if point is None \
-            else point(snapped(u)[0])
+        val = float(np.asarray(acq(snapped(u))).ravel()[0])
         return -val if math.isfinite(val) else math.inf
 
     res = _scipy_direct(neg, [(0.0, 1.0)] * box.ndim, maxfun=maxfun, **kwargs)
@@ -303,27 +298,6 @@ class BayesOptTuner:
         mu, var = self.gp.predict(unit_points)
         return ucb(mu, np.sqrt(var), self._s, p, beta)
 
-    def _acquisition_at(self, p: float) -> Acquisition:
-        """``U ↦ acquisition(U, p)``, with ``.point``: the same at one point ``(d,)``,
-        its constants computed once (for :func:`maximize_direct`)."""
-        def acq(unit_points):
-            return self.acquisition(unit_points, p)
-
-        if self.gp.n_unique:
-            s, w = self._s, p * math.sqrt(beta_schedule(self._i + 1, self.box.ndim,
-                                                         self.delta))
-            predict = None  # made at the first call: the grid maximiser never needs it
-
-            def point(u: np.ndarray) -> float:  # as ucb() computes it
-                nonlocal predict
-                if predict is None:
-                    predict = self.gp.point_predictor()
-                mu, var = predict(u)
-                return s * mu + w * math.sqrt(var)
-
-            acq.point = point
-        return acq
-
     def update(self, gamma: Mapping[str, float], reward: float) -> None:
         """Record the reward of the block run at ``gamma`` and choose γ_{i+1} (Algorithm 2).
 
@@ -364,7 +338,7 @@ class BayesOptTuner:
                     self.gp.add_many(unit, pending)
                     pending = []
                     self._current = np.array(self.box.snap(self._maximize(
-                        self._acquisition_at(p), self.box)), dtype=float)
+                        lambda U: self.acquisition(U, p), self.box)), dtype=float)
                     current = self.box.to_dict(self._current)
                 else:                                                      # line 14
                     self._current = np.array(x, dtype=float)

@@ -187,22 +187,12 @@ class GaussianProcess:
 
     def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
         """Mean and variance at one point from ``A⁻¹`` and the scaled inputs."""
-        return self.point_predictor()(x)
-
-    def point_predictor(self):
-        """``x ↦ (μ(x), σ²(x))`` for one point ``x`` of shape ``(d,)`` (at least one
-        observation), with everything that does not depend on ``x`` computed now: for a
-        maximiser that asks for one point at a time (DIRECT), until the next :meth:`add`."""
         _, alpha = self._factorise()
         Ainv = self._inverse()
-        scaled, ls, sf = self._point[0], self.length_scales, self.signal_var
-
-        def predict(x: np.ndarray) -> tuple[float, float]:
-            diff = scaled - x / ls
-            k = sf * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
-            return float(k @ alpha), max(sf - float(k @ (Ainv @ k)), 0.0)
-
-        return predict
+        scaled = self._point[0]
+        diff = scaled - x / self.length_scales
+        k = self.signal_var * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
+        return float(k @ alpha), max(self.signal_var - float(k @ (Ainv @ k)), 0.0)
 
     def _factorise(self) -> tuple[np.ndarray, np.ndarray]:
         if self._factor is None:
