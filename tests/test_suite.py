@@ -200,10 +200,14 @@ def test_rerun_reuses_the_finished_jobs(smoke):
     again = run_suite(out_dir=smoke["out_dir"].parent, log=None, figures=False, **SMOKE)
     assert again["jobs"]["reused"].all() and not smoke["jobs"]["reused"].any()
     assert again["jobs"].drop(columns="reused").equals(smoke["jobs"].drop(columns="reused"))
-    # a corrupt checkpoint is not trusted: that job runs again
+    # a corrupt checkpoint is not trusted: that job runs again, and the log says why
     (smoke["out_dir"] / "jobs" / kept[0]).write_bytes(b"not a pickle")
-    third = run_suite(out_dir=smoke["out_dir"].parent, log=None, figures=False, **SMOKE)
+    messages = []
+    third = run_suite(out_dir=smoke["out_dir"].parent, log=messages.append, figures=False,
+                      **SMOKE)
     assert list(third["jobs"]["reused"]) == [False, True]
+    assert any(kept[0] in m and "cannot be read" in m for m in messages), messages
+    assert "reusing 1 finished jobs" in "\n".join(messages)
 
 
 @pytest.mark.cmdstan

@@ -212,10 +212,17 @@ def _save_checkpoint(path: Path, result: Callable, future) -> None:
     os.replace(tmp, path)
 
 
-def _load_checkpoint(path: Path) -> dict | None:
+def _load_checkpoint(path: Path, problems: list | None = None) -> dict | None:
+    """A kept job's output, ``None`` when there is none; one that exists but cannot be
+    read is not trusted either (``None``), and ``(file name, reason)`` goes to
+    ``problems``."""
     try:
         return pickle.loads(path.read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+    except FileNotFoundError:
+        return None
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:
+        if problems is not None:
+            problems.append((path.name, f"{type(err).__name__}: {err}"))
         return None
 
 

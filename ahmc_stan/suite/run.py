@@ -112,10 +112,17 @@ def run_suite(suite: str = "paper", quick: bool = False, samplers: Sequence[str]
     if not resume and checkpoints.exists():
         shutil.rmtree(checkpoints)
     checkpoints.mkdir(parents=True, exist_ok=True)
-    finished = {i: out for i, job in enumerate(jobs)
-                if (out := _load_checkpoint(checkpoints / _checkpoint_name(job))) is not None}
+    unreadable: list[tuple[str, str]] = []
+    files = [_checkpoint_name(job) for job in jobs]
+    finished = {i: out for i, name in enumerate(files)
+                if (out := _load_checkpoint(checkpoints / name, unreadable)) is not None}
     if finished:
         log(f"reusing {len(finished)} finished jobs from {checkpoints}")
+    for name, reason in unreadable:
+        log(f"  kept job {name} cannot be read ({reason}): it runs again")
+    if others := len({p.name for p in checkpoints.glob("*.pkl")} - set(files)):
+        log(f"  {others} other kept jobs in {checkpoints} are not part of this run (other "
+            "experiments, samplers, seeds, chains or iterations)")
     todo = [i for i in range(len(jobs)) if i not in finished]
     log(f"running {len(todo)} jobs " + ("locally" if client is None else "on Dask"))
     submit, result, shutdown = _executor(client, workers)
