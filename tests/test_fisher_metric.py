@@ -86,6 +86,31 @@ def test_low_rank_is_the_covariance_of_a_gaussian():
     assert np.linalg.cond(whitened) <= 2.0 + 1e-6
 
 
+def test_low_rank_survives_an_svd_that_does_not_converge(monkeypatch):
+    """LAPACK's gesdd fails to converge on rare finite inputs (met on a window of the SV
+    model): the estimate is then the same from SciPy's gesvd, and when no driver
+    converges it is the diagonal estimate, not an exception in the middle of warmup."""
+    from scipy import linalg
+
+    from ahmc_stan.tuning import windows
+
+    rng = np.random.default_rng(3)
+    sigma = ridge_covariance()
+    x = rng.multivariate_normal(np.ones(3), sigma, size=8)
+    grads = -np.linalg.solve(sigma, (x - 1).T).T
+    expected = windows.low_rank_inv_metric(x, grads).to_dense()
+
+    def fails(*args, **kwargs):
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    monkeypatch.setattr(windows.np.linalg, "svd", fails)
+    np.testing.assert_allclose(windows.low_rank_inv_metric(x, grads).to_dense(), expected,
+                               rtol=1e-10, atol=1e-14)
+    monkeypatch.setattr(linalg, "svd", fails)
+    np.testing.assert_array_equal(windows.low_rank_inv_metric(x, grads),
+                                  windows.fisher_inv_metric(x, grads))
+
+
 def test_ahmc_low_rank_on_a_ridge(tmp_path):
     """On the ridge AHMC's diagonal metric does not converge in 4 × (1000 + 1000)
     (R-hat > 1.01); the low-rank metric does, and its whitened draws are standard normal

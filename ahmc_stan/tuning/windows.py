@@ -74,6 +74,21 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     return shrink * estimate + ridge
 
 
+def _svd(a: np.ndarray):
+    """Thin SVD; when LAPACK's divide-and-conquer ``gesdd`` (numpy's) does not converge,
+    which happens on rare finite inputs (met on a window of the SV model's draws and
+    gradients), the slower QR-iteration ``gesvd`` of SciPy."""
+    try:
+        return np.linalg.svd(a, full_matrices=False)
+    except np.linalg.LinAlgError:
+        from scipy import linalg
+
+        try:
+            return linalg.svd(a, full_matrices=False, lapack_driver="gesvd")
+        except ValueError as err:  # SciPy's way of saying the same
+            raise np.linalg.LinAlgError(str(err)) from err
+
+
 def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
                         gamma: float = 1e-5) -> np.ndarray:
     """Diagonal plus low-rank inverse metric from the window's draws and gradients
@@ -87,13 +102,16 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     eigenvalue falls more than a factor :data:`AGREEMENT` below the draws' variance in
     its direction, as on the diagonal.  Returns the
     :class:`~ahmc_stan.metric.LowRankInvMetric` ``D^½ (I + V(Λ − I)Vᵀ) D^½``, or the
-    vector ``D`` when no direction needs correcting."""
+    vector ``D`` when no direction needs correcting (or no SVD of the window converges)."""
     n = len(draws)
     diag = fisher_inv_metric(draws, grads)
     scale = np.sqrt(diag)
     x = (draws - draws.mean(axis=0)) / scale
     g = (grads - grads.mean(axis=0)) * scale
-    basis, sv, _ = np.linalg.svd(np.concatenate([x, g]).T, full_matrices=False)
+    try:
+        basis, sv, _ = _svd(np.concatenate([x, g]).T)
+    except np.linalg.LinAlgError:  # neither LAPACK driver converged: the diagonal alone
+        return diag
     basis = basis[:, sv > 1e-10 * sv[0]] if sv.size and sv[0] > 0 else basis[:, :0]
     k = basis.shape[1]
     xq, gq = x @ basis, g @ basis
