@@ -35,12 +35,17 @@ Checks and their thresholds (module constants):
 * ``step_size_spread``: max/min over chains of the per-chain median post-warmup
   ``step_size`` above :data:`STEP_SIZE_SPREAD_MAX` (10): the chains adapted to different
   regions (or one adaptation failed).
+* ``slow_chain``: with at least 3 chains, in the parameters with the lowest pooled bulk
+  ESS (up to 5), a chain whose own bulk ESS is below :data:`SLOW_CHAIN_FRACTION` (0.2) of
+  the other chains' median and below :data:`ESS_PER_CHAIN_MIN`: one chain's adaptation
+  (its step size and path length, named in the message) left it mixing far slower than
+  the others, which is often the cause of a high R-hat.
 * ``incomplete``: the run was interrupted and the draws are a prefix.
 
 Each :class:`Problem` says whether it means the draws have **not converged**
 (``Problem.convergence``): R-hat, ESS, stuck chains, and divergences in more than
 :data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
-max-steps, step-size spread, an incomplete run and rarer divergences are warnings that
+max-steps, step-size spread, a slow chain, an incomplete run and rarer divergences are warnings that
 leave :attr:`Diagnosis.converged` true; :func:`ahmc_stan.comparison.compare` ranks fits
 that have not converged last.
 
@@ -61,7 +66,8 @@ import numpy as np
 __all__ = ["diagnose", "Diagnosis", "Problem", "ConvergenceWarning", "warn_if_problems",
            "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
            "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
-           "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "CONVERGENCE_KINDS"]
+           "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
+           "CONVERGENCE_KINDS"]
 
 #: Split R-hat above this is a problem (Vehtari et al. 2021).
 RHAT_MAX = 1.01
@@ -83,6 +89,9 @@ EBFMI_MIN = 0.3
 DEFAULT_MAX_TREEDEPTH = 10
 #: max/min over chains of the median step size above this is a problem.
 STEP_SIZE_SPREAD_MAX = 10.0
+#: A chain whose bulk ESS in one of the least-mixed parameters is below this fraction of
+#: the other chains' median (and below ESS_PER_CHAIN_MIN) mixes far slower than they do.
+SLOW_CHAIN_FRACTION = 0.2
 #: Problem kinds that always mean the draws have not converged ("divergences" does
 #: above DIVERGENCE_UNCONVERGED_FRACTION).
 CONVERGENCE_KINDS = ("rhat", "ess_bulk", "ess_tail", "stuck_chain")
@@ -99,8 +108,8 @@ class Problem:
     """One failed check.
 
     ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
-    ``"stuck_chain"``, ``"ebfmi"``, ``"max_steps"``, ``"step_size_spread"`` or
-    ``"incomplete"``; ``message``: the report's paragraph; ``columns``: the columns
+    ``"stuck_chain"``, ``"slow_chain"``, ``"ebfmi"``, ``"max_steps"``,
+    ``"step_size_spread"`` or ``"incomplete"``; ``message``: the report's paragraph; ``columns``: the columns
     involved (worst first); ``chains``: the chains involved (0-based indices into
     ``fit.draws``; messages count from 1, like CmdStan); ``value``: the offending value
     (worst R-hat, smallest ESS, fraction divergent, smallest E-BFMI, ...);
@@ -137,6 +146,8 @@ class Problem:
             return f"{100 * v:.2g}% at max steps"
         if self.kind == "step_size_spread":
             return f"step sizes differ {v:.3g}x"
+        if self.kind == "slow_chain":
+            return f"slow chain {self.chains[0] + 1} ({v:.2g}x the others' ESS)"
         if self.kind == "incomplete":
             return "incomplete"
         return self.kind
@@ -195,7 +206,7 @@ def diagnose(fit) -> Diagnosis:
     """Run every check on ``fit`` (a :class:`~ahmc_stan.fit.Fit`); see the module doc."""
     problems: list[Problem] = []
     for check in (_check_incomplete, _check_rhat_ess, _check_divergences, _check_stuck,
-                  _check_ebfmi, _check_max_steps, _check_step_size):
+                  _check_slow_chain, _check_ebfmi, _check_max_steps, _check_step_size):
         problems.extend(check(fit))
     return Diagnosis(tuple(problems))
 
@@ -469,3 +480,53 @@ def _check_step_size(fit):
         f"than {STEP_SIZE_SPREAD_MAX:g}: the chains adapted to different regions of the "
         "posterior, or one adaptation failed.",
         chains=(lo, hi), value=ratio, threshold=STEP_SIZE_SPREAD_MAX)]
+
+
+def _chain_setting(fit, c: int) -> str:
+    """Chain ``c``'s median step size and path length (leapfrog steps, or NUTS's tree
+    depth) beside the other chains' range, as far as the fit records them."""
+    st, parts = fit.sampler_stats, []
+    for name, label in (("step_size", "step size"), ("num_steps_max", "number of leapfrog "
+                        "steps"), ("treedepth", "tree depth")):
+        if name not in st:
+            continue
+        med = np.median(np.asarray(st[name], dtype=float), axis=1)
+        others = np.delete(med, c)
+        parts.append(f"median {label} {med[c]:.3g} (other chains {others.min():.3g}"
+                     f"–{others.max():.3g})")
+    return "; ".join(parts)
+
+
+def _check_slow_chain(fit):
+    import arviz as az
+
+    k, chains = fit.n_params, fit.chains
+    if k == 0 or chains < 3 or fit.n_draws < 20:
+        return []
+    cols = np.flatnonzero(_varying(fit))
+    if cols.size == 0:
+        return []
+    pooled = fit._diagnostics()["ess_bulk"][:k][cols]
+    worst = cols[np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")
+                 [:_WORST]]
+    p = fit.params
+    ess = np.array([[float(az.ess(np.ascontiguousarray(p[c, :, j])[None, :], method="bulk"))
+                     for j in worst] for c in range(chains)])        # (chains, columns)
+    out = []
+    for c in range(chains):
+        ref = np.median(np.delete(ess, c, axis=0), axis=0)
+        slow = (ess[c] < SLOW_CHAIN_FRACTION * ref) & (ess[c] < ESS_PER_CHAIN_MIN)
+        if not slow.any():
+            continue
+        names = _names(worst[slow], fit)
+        listing = ", ".join(f"{n} {e:.3g} (others' median {r:.3g})"
+                            for n, e, r in zip(names, ess[c, slow], ref[slow]))
+        setting = _chain_setting(fit, c)
+        out.append(Problem(
+            "slow_chain", f"Chain {c + 1} mixes far slower than the others: its bulk ESS in "
+            f"{listing}." + (f" Its adaptation: {setting}." if setting else "")
+            + " Its draws dominate the uncertainty of these parameters; a longer warmup "
+            "or another seed may adapt it better.",
+            chains=(c,), columns=names, value=float(np.min(ess[c, slow] / ref[slow])),
+            threshold=SLOW_CHAIN_FRACTION))
+    return out

@@ -12,6 +12,7 @@ import pytest
 from ahmc_stan import ConvergenceWarning, Diagnosis, StanModel, diagnose
 from ahmc_stan.comparison import compare, to_markdown
 from ahmc_stan.convergence import (EBFMI_MIN, ESS_PER_CHAIN_MIN, RHAT_MAX,
+                                   SLOW_CHAIN_FRACTION,
                                    STEP_SIZE_SPREAD_MAX, Problem, warn_if_problems)
 from ahmc_stan.fit import Fit
 
@@ -78,6 +79,32 @@ def test_chain_with_low_lp_is_stuck():
     small = np.random.default_rng(1).normal(size=(4, 500))
     small[3] -= 1.5  # within the allowed gap
     assert synthetic(lp=small).diagnose().ok
+
+
+def test_slow_chain_is_named_with_its_adaptation():
+    """One chain of four mixes x.2 as an AR(1) with coefficient 0.995 (ESS of 500 draws
+    about 1), the others are iid: that chain is named with its step size; a fit in
+    which every chain is equally slow has no slow chain (R-hat and ESS report it)."""
+    rng = np.random.default_rng(4)
+    slow = np.empty(500)
+    slow[0] = rng.normal()
+    for t in range(1, 500):
+        slow[t] = 0.995 * slow[t - 1] + 0.1 * rng.normal()
+    steps = np.full((4, 500), 0.5)
+    steps[1] = 0.05
+    fit = synthetic(step_size=steps)
+    fit.draws[1, :, 1] = slow
+    d = fit.diagnose()
+    (p,) = d.get("slow_chain")
+    assert p.chains == (1,) and p.columns[0] == "x[2]" and p.value < SLOW_CHAIN_FRACTION
+    assert not p.convergence  # R-hat and ESS decide convergence
+    assert "Chain 2 mixes far slower" in p.message and "step size 0.05" in p.message
+    assert "slow chain 2" in d.summary()
+    everyone = synthetic()
+    for c in range(4):
+        everyone.draws[c, :, 1] = slow
+    assert not everyone.diagnose().get("slow_chain")
+    assert not synthetic().diagnose().get("slow_chain")
 
 
 def test_ebfmi_per_chain():
