@@ -45,9 +45,9 @@ Checks and their thresholds (module constants):
 Each :class:`Problem` says whether it means the draws have **not converged**
 (``Problem.convergence``): R-hat, ESS, stuck chains, and divergences in more than
 :data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
-max-steps, step-size spread, a slow chain, an incomplete run and rarer divergences are warnings that
-leave :attr:`Diagnosis.converged` true; :func:`ahmc_stan.comparison.compare` ranks fits
-that have not converged last.
+max-steps, step-size spread, a slow chain, an incomplete run and rarer divergences are
+warnings that leave :attr:`Diagnosis.converged` true;
+:func:`ahmc_stan.comparison.compare` ranks fits that have not converged last.
 
 ``tune_and_sample`` and ``run_nuts`` emit a :class:`ConvergenceWarning` with the report
 when a fit has any problem (``diagnose=False`` switches it off).
@@ -109,12 +109,12 @@ class Problem:
 
     ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
     ``"stuck_chain"``, ``"slow_chain"``, ``"ebfmi"``, ``"max_steps"``,
-    ``"step_size_spread"`` or ``"incomplete"``; ``message``: the report's paragraph; ``columns``: the columns
-    involved (worst first); ``chains``: the chains involved (0-based indices into
-    ``fit.draws``; messages count from 1, like CmdStan); ``value``: the offending value
-    (worst R-hat, smallest ESS, fraction divergent, smallest E-BFMI, ...);
-    ``threshold``: the rule's threshold; ``convergence``: True when the problem means the
-    draws have not converged (see the module docstring).
+    ``"step_size_spread"`` or ``"incomplete"``; ``message``: the report's paragraph;
+    ``columns``: the columns involved (worst first); ``chains``: the chains involved
+    (0-based indices into ``fit.draws``; messages count from 1, like CmdStan); ``value``:
+    the offending value (worst R-hat, smallest ESS, fraction divergent, smallest E-BFMI,
+    ...); ``threshold``: the rule's threshold; ``convergence``: True when the problem
+    means the draws have not converged (see the module docstring).
     """
 
     kind: str

@@ -83,10 +83,7 @@ def _svd(a: np.ndarray):
     except np.linalg.LinAlgError:
         from scipy import linalg
 
-        try:
-            return linalg.svd(a, full_matrices=False, lapack_driver="gesvd")
-        except ValueError as err:  # SciPy's way of saying the same
-            raise np.linalg.LinAlgError(str(err)) from err
+        return linalg.svd(a, full_matrices=False, lapack_driver="gesvd")
 
 
 def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
@@ -110,7 +107,7 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     g = (grads - grads.mean(axis=0)) * scale
     try:
         basis, sv, _ = _svd(np.concatenate([x, g]).T)
-    except np.linalg.LinAlgError:  # neither LAPACK driver converged: the diagonal alone
+    except (np.linalg.LinAlgError, ValueError):  # neither driver converged: the diagonal
         return diag
     basis = basis[:, sv > 1e-10 * sv[0]] if sv.size and sv[0] > 0 else basis[:, :0]
     k = basis.shape[1]
