@@ -47,13 +47,26 @@ from .metric import InvMetric, draw_momenta
 from .native import NativeDensity
 from .momentum import ordered_overrelaxation
 
-__all__ = ["GHMCState", "GHMCInfo", "GHMCKernel", "Trajectory", "kinetic_energy"]
+__all__ = ["GHMCState", "GHMCInfo", "GHMCKernel", "Trajectory", "NativeIntegrator",
+           "kinetic_energy"]
 
 #: ``trajectory(rng, n_steps, step_size, x, p, grad, lp) -> (lp_end, log_weight, counts)``:
 #: integrates in place from (x, p) and returns the log density at the end (``-inf`` if not
 #: finite), the log-density ratio of its auxiliary variables (0 if none) and a dict of
 #: per-iteration counts (at least ``n_grad``).
 Trajectory = Callable[..., tuple[float, float, dict]]
+
+
+@dataclass(frozen=True)
+class NativeIntegrator:
+    """What a :data:`Trajectory` that the C++ block (``ahmc_ghmc_block``) can run exposes
+    as its ``native_integrator``: the leapfrog (``verlet`` None) or SVHMC's adaptive
+    Störmer–Verlet with ``verlet`` = (G_ref, a, s, Hessian-vector method: 0 autodiff, 1
+    differences of gradients) (:class:`~ahmc_stan.samplers.svhmc.AdaptiveVerlet`).  A
+    trajectory that has evaluations to charge to its first iteration exposes them through
+    ``take_pending()``."""
+
+    verlet: tuple[float, float, float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,7 @@ class GHMCKernel:
 
     def __init__(self, density: NativeDensity, trajectory: Trajectory,
                  inv_metric: InvMetric = None, num_candidates: int | None = None,
-                 native_leapfrog: bool = False):
+                 native: bool = False):
         if inv_metric is not None and np.ndim(inv_metric) != 1:
             raise ValueError("generalised HMC here needs an identity or diagonal metric")
         self.density = density
@@ -103,11 +116,12 @@ class GHMCKernel:
         self.inv_metric = (None if inv_metric is None
                            else np.ascontiguousarray(inv_metric, dtype=float))
         self.num_candidates = num_candidates
-        #: the trajectory is the plain leapfrog and the momentum update ordered
-        #: overrelaxation: whole blocks run in C++ (``ahmc_ohmc_block``), with their own
-        #: random stream; the Python loop below is the reference
-        self.native_leapfrog = bool(native_leapfrog and num_candidates is not None
-                                    and getattr(density, "native", False))
+        #: with ``native`` and a trajectory that exposes a :class:`NativeIntegrator`, whole
+        #: blocks run in C++ (``ahmc_ghmc_block``) with their own random stream; the
+        #: Python loop below is the reference
+        self.native_integrator = getattr(trajectory, "native_integrator", None)
+        self.native = bool(native and self.native_integrator is not None
+                           and getattr(density, "native", False))
 
     def init(self, position: np.ndarray, rng: np.random.Generator | None = None
              ) -> GHMCState:
@@ -143,15 +157,8 @@ class GHMCKernel:
         x, grad, lp = state.position.copy(), state.logdensity_grad.copy(), state.logdensity
         p = (self.fresh_momentum(rng, dims) if state.momentum is None
              else state.momentum.copy())
-        if self.native_leapfrog:
-            lp, out, _ = self.density.ohmc_block(
-                params.step_size, params.num_steps, params.jitter, self.inv_metric,
-                self.num_candidates, int(rng.integers(0, 2**63)), n_iter,
-                self.max_energy_error, x, grad, lp, p)
-            info = GHMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
-                            out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
-                            out["energy"], out["lp"], {})
-            return GHMCState(x, lp, grad, p), info
+        if self.native:
+            return self._run_native(rng, x, grad, lp, p, params, n_iter)
         out = {k: np.empty(n_iter) for k in ("accept", "energy", "lp")}
         flags = {k: np.zeros(n_iter, bool) for k in ("accepted", "divergent")}
         n_steps = np.empty(n_iter, int)
@@ -186,4 +193,25 @@ class GHMCKernel:
         extra = {k: v for k, v in counts.items() if k != "n_grad"}
         info = GHMCInfo(positions, out["accept"], flags["accepted"], flags["divergent"],
                         n_steps, counts["n_grad"], out["energy"], out["lp"], extra)
+        return GHMCState(x, lp, grad, p), info
+
+    def _run_native(self, rng, x, grad, lp, p, params: HMCParameters, n_iter: int
+                    ) -> tuple[GHMCState, GHMCInfo]:
+        """:meth:`run` in one C++ call, from a seed drawn from ``rng``."""
+        verlet = self.native_integrator.verlet
+        lp, out, _ = self.density.ghmc_block(
+            params.step_size, params.num_steps, params.jitter, self.inv_metric,
+            self.num_candidates or 0, int(rng.integers(0, 2**63)), n_iter,
+            self.max_energy_error, x, grad, lp, p, verlet=verlet)
+        n_grad = out["n_grad"].astype(int)
+        counts = {} if verlet is None else {"n_hvp": out["n_hvp"].astype(int)}
+        take_pending = getattr(self.trajectory, "take_pending", None)
+        pending = take_pending() if take_pending is not None else None
+        if pending and n_iter:  # charged to the first iteration, as the Python loop does
+            n_grad[0] += pending.get("n_grad", 0)
+            for k in counts:
+                counts[k][0] += pending.get(k, 0)
+        info = GHMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+                        out["divergent"].astype(bool), out["n_steps"], n_grad,
+                        out["energy"], out["lp"], counts)
         return GHMCState(x, lp, grad, p), info

@@ -38,8 +38,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _int, _int, _double, _int, _ptr,
                                     ctypes.c_uint64, _double, _double, *[_ptr] * 17]),
     "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
-    "ahmc_ohmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, _int,
-                               ctypes.c_uint64, _double, *[_ptr] * 13]),
+    "ahmc_ghmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, _int, _ptr,
+                               ctypes.c_uint64, _double, *[_ptr] * 14]),
     "ahmc_mh_block": (_int, [_ptr, _int, _int, _int, _int, _int, _int, ctypes.c_uint64,
                              *[_ptr] * 11]),
     "ahmc_hessian_autodiff": (_int, []),
@@ -209,30 +209,37 @@ class NativeDensity:
             out["grads"] = grads[:n]
         return self._lp.value, out
 
-    def ohmc_block(self, step_size: float, max_steps: int, jitter: bool,
+    def ghmc_block(self, step_size: float, max_steps: int, jitter: bool,
                    inv_metric: np.ndarray | None, num_candidates: int, seed: int,
                    n_iter: int, max_energy_error: float, x: np.ndarray, grad: np.ndarray,
-                   lp: float, p: np.ndarray, want_noise: bool = False
-                   ) -> tuple[float, dict, np.ndarray | None]:
-        """``n_iter`` generalised-HMC iterations with ordered overrelaxation of the
-        momentum in one C++ call (``ahmc_ohmc_block``; identity or diagonal metric),
-        random numbers drawn in C++ from ``seed``.  Updates ``x``, ``grad`` and ``p`` in
-        place; returns (log density of the final state, the per-iteration arrays of
-        :meth:`hmc_block`, and with ``want_noise`` each iteration's L_r, candidates and
+                   lp: float, p: np.ndarray,
+                   verlet: tuple[float, float, float, int] | None = None,
+                   want_noise: bool = False) -> tuple[float, dict, np.ndarray | None]:
+        """``n_iter`` generalised-HMC iterations in one C++ call (``ahmc_ghmc_block``;
+        identity or diagonal metric), random numbers drawn in C++ from ``seed``: the
+        momentum updated by ordered overrelaxation with ``num_candidates`` (K) values, or
+        drawn afresh with K = 0; the leapfrog, or with ``verlet`` = (G_ref, a, s, method)
+        SVHMC's adaptive Störmer–Verlet (:class:`~ahmc_stan.ghmc.NativeIntegrator`).
+        Updates ``x``, ``grad`` and ``p`` in place; returns (log density of the final
+        state, the per-iteration arrays of :meth:`hmc_block` and ``n_hvp``, and with
+        ``want_noise`` each iteration's L_r, normals, ρ₀'s normal (with ``verlet``) and
         u)."""
         out = self._block_outputs(n_iter)
-        noise = (np.empty((n_iter, num_candidates * self.dims + 2)) if want_noise
-                 else None)
+        out["n_hvp"] = np.zeros(n_iter, np.intc)
+        n_cand = int(num_candidates)
+        width = max(n_cand, 1) * self.dims + 2 + (verlet is not None)
+        noise = np.empty((n_iter, width)) if want_noise else None
         kind, ptr = metric_args(inv_metric)
         if kind > 1:
-            raise ValueError("ordered overrelaxation needs an identity or diagonal metric")
+            raise ValueError("generalised HMC here needs an identity or diagonal metric")
+        options = None if verlet is None else np.array(verlet, dtype=float)
         self._lp.value = lp
-        self.entry("ahmc_ohmc_block")(
+        self.entry("ahmc_ghmc_block")(
             self._handle, n_iter, step_size, int(max_steps), int(bool(jitter)), kind, ptr,
-            int(num_candidates), seed, max_energy_error, x.ctypes.data, grad.ctypes.data,
-            self._lp_ptr, p.ctypes.data, out["n_steps"].ctypes.data,
-            *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS),
-            None if noise is None else noise.ctypes.data)
+            n_cand, None if options is None else options.ctypes.data, seed, max_energy_error,
+            x.ctypes.data, grad.ctypes.data, self._lp_ptr, p.ctypes.data,
+            out["n_steps"].ctypes.data, *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS),
+            out["n_hvp"].ctypes.data, None if noise is None else noise.ctypes.data)
         return self._lp.value, out, noise
 
     #: Columns of the statistics of :meth:`mh_block`, in ``ahmc_mh_block``'s order.

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_samplers.py [--models std10,pima,logistic100,neal100]
         [--samplers ahmc,gadmala,...|all] [--warmup 1000] [--draws 1000]
-        [--mh-factor 10] [--chains 4] [--seed 1]
+        [--mh-factor 10] [--chains 4] [--seed 1] [--option KEY=VALUE ...]
 
 Seed 003's Table 1 setting (Titsias & Dellaportas 2019, section 4.2) is
 ``--models neal100,caravan --samplers gadmala --warmup 20000 --draws 20000 --mh-factor 1``.
@@ -59,7 +59,8 @@ def load(name: str):
     return ahmc_stan.StanModel(ROOT / "stan_models" / exp.stan_file, exp.data(False))
 
 
-def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int) -> dict:
+def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int,
+            options: dict | None = None) -> dict:
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -69,7 +70,8 @@ def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int
         else:
             fit = ahmc_stan.tune_and_sample(model, sampler, chains=chains, warmup=warmup,
                                             draws=draws, seed=seed, progress=False,
-                                            diagnose=False, **OPTIONS.get(sampler, {}))
+                                            diagnose=False, **OPTIONS.get(sampler, {}),
+                                            **(options or {}))
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     seconds = e["time_warmup"] + e["time_sampling"]
@@ -79,6 +81,14 @@ def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int
             "us_per_iteration": 1e6 * seconds / (e["chains"] * (e["draws"] + (
                 1000 if sampler == "nuts" else warmup))),
             "wall": time.perf_counter() - start}
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, _, value = text.partition("=")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def main(argv=None) -> None:
@@ -93,7 +103,11 @@ def main(argv=None) -> None:
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(RESULTS / "bench_samplers"))
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an option for every sampler but NUTS (VALUE read as JSON, else "
+                         "a string), e.g. --option hvp=gradient")
     args = ap.parse_args(argv)
+    options = dict(_option(o) for o in args.option)
     from ahmc_stan.sampling import SAMPLERS
 
     samplers = (list(SAMPLERS) if args.samplers == "all" else args.samplers.split(","))
@@ -110,7 +124,7 @@ def main(argv=None) -> None:
                 continue
             f = args.mh_factor if sampler in MH else 1
             warmup, draws = (min(f * n, max(n, 20000)) for n in (args.warmup, args.draws))
-            r = measure(model, sampler, args.chains, warmup, draws, args.seed)
+            r = measure(model, sampler, args.chains, warmup, draws, args.seed, options)
             print(name, sampler, r, flush=True)
             rows.append({"model": name, "dims": model.dims, "sampler": sampler,
                          "iterations": f"{warmup}+{draws}",
@@ -126,7 +140,8 @@ def main(argv=None) -> None:
     header = (f"# Samplers vs CmdStan NUTS\n\n"
               f"`python benchmarks/bench_samplers.py --models {args.models} --samplers "
               f"{args.samplers} --warmup {args.warmup} --draws {args.draws} --mh-factor "
-              f"{args.mh_factor} --chains {args.chains} --seed {args.seed}`; NUTS at "
+              f"{args.mh_factor} --chains {args.chains} --seed {args.seed}"
+              + "".join(f" --option {o}" for o in args.option) + "`; NUTS at "
               "CmdStan's defaults (1000 + 1000). "
               "Ratios measured in one run, warmup included; time is chain-seconds (summed "
               "over chains).\n\n")

@@ -97,56 +97,103 @@ def test_same_seed_same_draws(gauss2d):
     assert not np.array_equal(a.params, c.params)
 
 
-# ---- OHMC's C++ block (ahmc_ohmc_block) against GHMCKernel's Python loop -----------------
+# ---- generalised HMC's C++ block (ahmc_ghmc_block) against GHMCKernel's Python loop -------
 
 class _Replay:
     """Stands in for the Generator of GHMCKernel.run, handing out the noise the C++ block
-    drew, in the order the Python loop asks for it: L_r, the candidates, u."""
+    drew, in the order the Python loop asks for it: L_r, the momentum's normals (the
+    overrelaxation's K x n candidates, or a fresh momentum's n), ρ₀'s normal (SVHMC), u."""
 
-    def __init__(self, row, k, n):
-        self.row, self.k, self.n = row, k, n
+    def __init__(self, row, k, n, verlet):
+        self.row, self.k, self.n, self.verlet = row, k, n, verlet
 
     def integers(self, low, high, endpoint=False):
         return int(self.row[0])
 
-    def standard_normal(self, shape):
-        return self.row[1:1 + self.k * self.n].reshape(self.k, self.n)
+    def standard_normal(self, shape=None):
+        if shape is None:  # ρ₀'s
+            assert self.verlet
+            return float(self.row[-2])
+        return self.row[1:1 + max(self.k, 1) * self.n].reshape(shape)
 
     def uniform(self):
         return float(self.row[-1])
 
 
+@pytest.fixture(scope="module")
+def banana_model():
+    from ahmc_stan import StanModel
+
+    from .conftest import stan_model_path
+
+    return StanModel(stan_model_path("banana"), {"b": 1.0})
+
+
+#: (K, Hessian-vector product of the adaptive Störmer–Verlet; None: the leapfrog): OHMC,
+#: SVHMC (fresh momentum), OSVHMC, and SVHMC with differences of gradients in U.
+GHMC_CASES = {"ohmc": (5, None), "svhmc": (0, "autodiff"), "osvhmc": (5, "autodiff"),
+              "svhmc_differences": (0, "gradient")}
+
+
 @pytest.mark.parametrize("diagonal", [False, True], ids=["identity", "diagonal"])
-def test_ohmc_block_is_the_python_iteration(logistic_model, diagonal):
+@pytest.mark.parametrize("case", list(GHMC_CASES))
+def test_ghmc_block_is_the_python_iteration(logistic_model, banana_model, case, diagonal):
+    """40 single iterations of the C++ block, each from the reference's last state and
+    fed to the reference on the noise it drew: the same steps, evaluations, acceptance
+    and states.  SVHMC also on the banana with the talk's exponent, where some
+    trajectories end with ρ ≤ 0 (rejected, divergent)."""
     from ahmc_stan.ghmc import GHMCKernel, GHMCState
     from ahmc_stan.hmc import HMCParameters
     from ahmc_stan.samplers.ohmc import leapfrog_trajectory
+    from ahmc_stan.samplers.svhmc import AdaptiveVerlet, hessian_vector
 
-    model, k = logistic_model, 5
-    inv_metric = np.linspace(0.5, 2.0, model.dims) if diagonal else None
-    reference = GHMCKernel(model.density,
-                           leapfrog_trajectory(model.density, None, None, inv_metric, None),
-                           inv_metric, num_candidates=k)
-    rng = np.random.default_rng(5)
-    state = reference.init(np.linspace(-0.2, 0.2, model.dims), rng)
-    accepted = []
-    for i in range(40):
-        eps = 0.05 if i % 3 else 0.4  # some rejections, so the flip is exercised
-        params = HMCParameters(eps, 8)
-        x, grad, p = (state.position.copy(), state.logdensity_grad.copy(),
-                      state.momentum.copy())
-        lp, out, noise = model.density.ohmc_block(eps, 8, True, inv_metric, k, 100 + i, 1,
-                                                  1000.0, x, grad, state.logdensity, p,
-                                                  want_noise=True)
-        ref_state, info = reference.run(_Replay(noise[0], k, model.dims), state, params, 1)
-        assert out["n_steps"][0] == info.num_steps[0]
-        assert out["n_grad"][0] == info.num_grad[0]
-        assert bool(out["accepted"][0]) == bool(info.is_accepted[0])
-        assert out["accept_prob"][0] == pytest.approx(info.acceptance_rate[0], rel=1e-9)
-        assert out["energy"][0] == pytest.approx(info.energy[0], rel=1e-9)
-        np.testing.assert_allclose(x, ref_state.position, rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(p, ref_state.momentum, rtol=1e-12, atol=1e-14)
-        assert lp == pytest.approx(ref_state.logdensity, rel=1e-12)
-        accepted.append(bool(out["accepted"][0]))
-        state = GHMCState(x, lp, grad, p)
-    assert 0 < np.mean(accepted) < 1
+    k, hvp = GHMC_CASES[case]
+    for model in [logistic_model] if hvp is None else [logistic_model, banana_model]:
+        inv_metric = np.linspace(0.5, 2.0, model.dims) if diagonal else None
+        verlet = None
+        if hvp is None:
+            trajectory = leapfrog_trajectory(model.density, None, None, inv_metric, None)
+        else:
+            trajectory = AdaptiveVerlet(model.density, hessian_vector(model, hvp),
+                                        inv_metric, 3.0,
+                                        -0.5 if model is banana_model else 0.5, 0.1)
+            verlet = trajectory.native_integrator.verlet
+        reference = GHMCKernel(model.density, trajectory, inv_metric,
+                               num_candidates=k or None)
+        assert not reference.native
+        # A central difference divides rounding errors by h ≈ 1.5e-8 (1 + |x|): the dot
+        # products in G, summed in another order in numpy and Eigen, differ in the last
+        # bit, and after a difference in the 8th digit.  Without differences, the last bits.
+        rel, (state_rtol, state_atol) = ((1e-9, (1e-12, 1e-14)) if hvp != "gradient"
+                                         else (1e-6, (1e-6, 1e-8)))
+        rng = np.random.default_rng(5)
+        state = reference.init(np.linspace(-0.2, 0.2, model.dims), rng)
+        accepted, failed = [], 0
+        for i in range(40):
+            eps = 0.05 if i % 3 else 0.6  # some rejections, so the flip is exercised
+            params = HMCParameters(eps, 8)
+            x, grad, p = (state.position.copy(), state.logdensity_grad.copy(),
+                          state.momentum.copy())
+            lp, out, noise = model.density.ghmc_block(
+                eps, 8, True, inv_metric, k, 100 + i, 1, 1000.0, x, grad, state.logdensity,
+                p, verlet=verlet, want_noise=True)
+            ref_state, info = reference.run(_Replay(noise[0], k, model.dims, verlet),
+                                            state, params, 1)
+            assert out["n_steps"][0] == info.num_steps[0]
+            assert out["n_grad"][0] == info.num_grad[0]
+            if verlet is not None:
+                assert out["n_hvp"][0] == info.extra_stats["n_hvp"][0]
+            assert bool(out["accepted"][0]) == bool(info.is_accepted[0])
+            assert bool(out["divergent"][0]) == bool(info.is_divergent[0])
+            assert out["accept_prob"][0] == pytest.approx(info.acceptance_rate[0], rel=rel,
+                                                          abs=1e-300)
+            assert out["energy"][0] == pytest.approx(info.energy[0], rel=rel)
+            np.testing.assert_allclose(x, ref_state.position, rtol=state_rtol, atol=state_atol)
+            np.testing.assert_allclose(p, ref_state.momentum, rtol=state_rtol, atol=state_atol)
+            assert lp == pytest.approx(ref_state.logdensity, rel=state_rtol)
+            accepted.append(bool(out["accepted"][0]))
+            failed += bool(out["accept_prob"][0] == 0)
+            state = GHMCState(x, lp, grad, p)
+        assert 0 < np.mean(accepted) < 1
+        if model is banana_model:
+            assert failed > 0

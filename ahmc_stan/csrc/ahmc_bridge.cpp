@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -900,35 +901,178 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
   return 0;
 }
 
-// `n_iter` iterations of generalised HMC with Neal's ordered overrelaxation of the
-// persistent momentum (OHMC: ahmc_stan/ghmc.py, GHMCKernel.run with the leapfrog, and
-// ahmc_stan/momentum.py), from (x, grad, lp, p), all updated in place; identity (`metric`
-// 0) or diagonal (1) inverse metric.  Iteration i draws, in this order and from `seed`:
-// L_r ~ Uniform{1..max_steps} (max_steps without `jitter`), the K x n candidates of the
-// overrelaxation (k-major), and u ~ Uniform(0, 1].  The momentum becomes p* = -OR(p)
-// (per component: r = the candidates below p_j / sd_j, take the value of rank K - r among
-// the K + 1), then the leapfrog runs from (x, p*), the proposal is accepted iff
-// log u < -dH (a non-finite dH rejects and is divergent, as is dH > `max_energy_error`),
-// and a rejection flips the momentum.  Per iteration it writes what ahmc_hmc_block writes;
-// `noise` (nullable) gets L_r, the candidates and u (K n + 2 values), for tests.
-int ahmc_ohmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int jitter,
-                    int metric, const double* inv_metric, int num_candidates, uint64_t seed,
-                    double max_energy_error, double* x, double* grad, double* lp, double* p,
-                    int* n_steps, double* draws, double* accept_prob, int* accepted,
-                    int* divergent, double* energy, double* lp_out, int* n_grad,
+}  // extern "C"
+
+namespace {
+
+// The adaptive Stoermer-Verlet integrator of SVHMC on (x, p, rho) (Alfaki, Subbey &
+// Haugland 2008, made exact with rho as an auxiliary variable: ahmc_stan/samplers/svhmc.py,
+// AdaptiveVerlet, whose Python is the reference for every operation here), for an identity
+// (`metric` 0) or diagonal (1) inverse metric.  `options` = {G_ref, a, s, method}:
+// U = (G/G_ref)^a with G = g'M^-1 g + w'M^-1 w, w = H M^-1 p, and q(rho | x, p) =
+// N(U, (sU)^2).  The Hessian-vector product is autodiff's (method 0) or a central
+// difference of two gradients (1: GradientDifferenceHV, odd in v to the last bit, so
+// U(x, -p) = U(x, p) and the sampler stays exact).
+class adaptive_verlet {
+ public:
+  adaptive_verlet(const bs_model* m, int metric, const double* inv_metric,
+                  const double* options)
+      : m_(m), metric_(metric), inv_metric_(inv_metric), reference_(options[0]),
+        exponent_(options[1]), rho_sd_(options[2]), differences_(options[3] == 1),
+        v_(m->param_unc_num), w_(m->param_unc_num), g_half_(m->param_unc_num),
+        shifted_(m->param_unc_num), g_other_(m->param_unc_num) {}
+
+  // U(x, p) with g the gradient at x, adding its evaluations to the counts; NaN where
+  // the product fails or is not finite.
+  double u(const vector_d& x, const vector_d& p, const vector_d& g, int* n_grad,
+           int* n_hvp) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    apply_inv_metric(metric_, inv_metric_, p, v_);
+    if (differences_) {  // (g(x + hv) - g(x - hv)) / 2h, h = sqrt(eps)(1 + |x|_inf)/|v|_inf
+      *n_grad += 2;
+      const double scale = v_.cwiseAbs().maxCoeff();
+      if (scale == 0) {
+        w_.setZero();
+      } else {
+        const double h = std::sqrt(std::numeric_limits<double>::epsilon())
+                         * (1.0 + x.cwiseAbs().maxCoeff()) / scale;
+        double lp;
+        shifted_ = x + h * v_;
+        if (ahmc_log_density_gradient(m_, true, true, shifted_.data(), &lp, w_.data()) != 0)
+          return nan;
+        shifted_ = x - h * v_;
+        if (ahmc_log_density_gradient(m_, true, true, shifted_.data(), &lp,
+                                      g_other_.data()) != 0)
+          return nan;
+        w_ -= g_other_;
+        w_ /= 2.0 * h;
+      }
+    } else {
+      *n_hvp += 1;
+      try {
+        ensure_ad_tape();
+        double lp;
+        vector_d hv;
+        model_hessian_times_vector(*m_->model, true, true, x, v_, lp, hv);
+        w_ = hv;
+      } catch (...) {
+        return nan;
+      }
+    }
+    if (!w_.allFinite()) return nan;
+    return std::pow((quad(g) + quad(w_)) / reference_, exponent_);
+  }
+
+  // log N(rho; U, (sU)^2) up to a constant.
+  double log_q(double rho, double u) const {
+    const double z = (rho - u) / (rho_sd_ * u);
+    return -0.5 * z * z - std::log(std::abs(u));
+  }
+
+  // One trajectory from (x, p, grad, lp), updated in place: rho_0 = U (1 + s z) with
+  // `rho_noise` = z, `n_steps` steps, and the log weight log q(rho_L | end) - log q(rho_0 |
+  // start).  Returns the log density at the end (-inf when a value is not finite or some
+  // rho <= 0, the weight then -inf); adds the gradients and products made to the counts.
+  double trajectory(int n_steps, double eps, double rho_noise, vector_d& x, vector_d& p,
+                    vector_d& grad, double lp, double* log_w, int* n_grad, int* n_hvp) {
+    const double inf = std::numeric_limits<double>::infinity();
+    *log_w = -inf;
+    const double u0 = u(x, p, grad, n_grad, n_hvp);
+    if (!std::isfinite(u0)) return -inf;
+    const double rho0 = u0 * (1.0 + rho_sd_ * rho_noise);
+    if (!(rho0 > 0)) return -inf;
+    double rho = rho0;
+    for (int step = 0; step < n_steps; ++step) {
+      double h = 0.5 * eps / rho;
+      p += h * grad;
+      drift(h, p, x);
+      double lp_half;
+      *n_grad += 1;
+      if (ahmc_log_density_gradient(m_, true, true, x.data(), &lp_half, g_half_.data()) != 0)
+        return -inf;
+      rho = 2.0 * u(x, p, g_half_, n_grad, n_hvp) - rho;
+      if (!(rho > 0 && std::isfinite(rho))) return -inf;
+      h = 0.5 * eps / rho;
+      drift(h, p, x);
+      *n_grad += 1;
+      if (ahmc_log_density_gradient(m_, true, true, x.data(), &lp, grad.data()) != 0)
+        return -inf;
+      p += h * grad;
+    }
+    const double u_end = u(x, p, grad, n_grad, n_hvp);
+    if (std::isfinite(u_end)) *log_w = log_q(rho, u_end) - log_q(rho0, u0);
+    return lp;
+  }
+
+ private:
+  double quad(const vector_d& v) const {  // v' M^-1 v
+    if (metric_ == 0) return v.dot(v);
+    return v.dot(Eigen::Map<const vector_d>(inv_metric_, v.size()).cwiseProduct(v));
+  }
+  void drift(double h, const vector_d& p, vector_d& x) const {  // x += h M^-1 p
+    if (metric_ == 0) {
+      x += h * p;
+    } else {
+      x += h * Eigen::Map<const vector_d>(inv_metric_, p.size()).cwiseProduct(p);
+    }
+  }
+
+  const bs_model* m_;
+  int metric_;
+  const double* inv_metric_;
+  double reference_, exponent_, rho_sd_;
+  bool differences_;
+  vector_d v_, w_, g_half_, shifted_, g_other_;
+};
+
+}  // namespace
+
+extern "C" {
+
+// `n_iter` iterations of generalised HMC (ahmc_stan/ghmc.py, GHMCKernel.run, whose Python
+// loop is the reference) from (x, grad, lp, p), all updated in place; identity (`metric`
+// 0) or diagonal (1) inverse metric.  The momentum update is Neal's ordered
+// overrelaxation with K = `num_candidates` (ahmc_stan/momentum.py; OHMC, OSVHMC), or with
+// K = 0 a fresh draw from N(0, M) (SVHMC).  The integrator is the leapfrog, or with
+// `verlet` = {G_ref, a, s, method} (nullable) SVHMC's adaptive Stoermer-Verlet
+// (adaptive_verlet).
+// Iteration i draws, in this order and from `seed`: L_r ~ Uniform{1..max_steps}
+// (max_steps without `jitter`); the K x n candidates of the overrelaxation (k-major), or
+// the n normals of a fresh momentum; with `verlet`, the normal of rho_0; and
+// u ~ Uniform(0, 1].  The overrelaxation sets p* = -OR(p) (per component: r = the
+// candidates below p_j / sd_j, take the value of rank K - r among the K + 1).  The
+// proposal is accepted iff log u < -dH + log w (w: the integrator's auxiliary weight, 1
+// for the leapfrog); a non-finite ratio rejects and is divergent, as is dH >
+// `max_energy_error`; a rejection flips the momentum.  Per iteration it writes what
+// ahmc_hmc_block writes, and `n_hvp` (nullable) the Hessian-vector products; `noise`
+// (nullable) gets L_r, the normals, rho_0's normal (with `verlet`) and u, for tests.
+// Returns 0, or 1 for a metric other than the identity or a diagonal.
+int ahmc_ghmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int jitter,
+                    int metric, const double* inv_metric, int num_candidates,
+                    const double* verlet, uint64_t seed, double max_energy_error,
+                    double* x, double* grad, double* lp, double* p, int* n_steps,
+                    double* draws, double* accept_prob, int* accepted, int* divergent,
+                    double* energy, double* lp_out, int* n_grad, int* n_hvp,
                     double* noise) {
+  if (metric != 0 && metric != 1) return 1;
   const int n = m->param_unc_num, k = num_candidates;
   block_rng rng(seed);
   vector_d xc = Eigen::Map<const vector_d>(x, n), gc = Eigen::Map<const vector_d>(grad, n),
            pc = Eigen::Map<const vector_d>(p, n), xn(n), gn(n), pn(n), work(n);
-  std::vector<double> cand(static_cast<size_t>(k) * n), column(k + 1);
+  std::vector<double> cand(static_cast<size_t>(k > 0 ? k : 1) * n), column(k + 1);
+  std::unique_ptr<adaptive_verlet> sv;
+  if (verlet) sv = std::make_unique<adaptive_verlet>(m, metric, inv_metric, verlet);
   double lpc = *lp;
   for (int i = 0; i < n_iter; ++i) {
     n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
     for (double& c : cand) c = rng.normal();
-    for (int j = 0; j < n; ++j) {  // p*_j = -OR(p)_j
+    for (int j = 0; j < n; ++j) {
       const double sd = metric == 1 ? 1.0 / std::sqrt(inv_metric[j]) : 1.0;
-      const double z = pc[j] / sd;
+      if (k == 0) {  // a fresh momentum
+        pc[j] = metric == 1 ? cand[j] / std::sqrt(inv_metric[j]) : cand[j];
+        continue;
+      }
+      const double z = pc[j] / sd;  // p*_j = -OR(p)_j
       int below = 0;
       for (int c = 0; c < k; ++c) {
         column[c] = cand[static_cast<size_t>(c) * n + j];
@@ -938,21 +1082,31 @@ int ahmc_ohmc_block(const bs_model* m, int n_iter, double eps, int max_steps, in
       std::nth_element(column.begin(), column.begin() + (k - below), column.end());
       pc[j] = -column[k - below] * sd;
     }
+    const double rho_noise = sv ? rng.normal() : 0.0;
     const double u = rng.uniform_positive();
     if (noise) {
       noise[0] = n_steps[i];
       std::copy(cand.begin(), cand.end(), noise + 1);
-      noise[1 + cand.size()] = u;
-      noise += cand.size() + 2;
+      noise += cand.size() + 1;
+      if (sv) *noise++ = rho_noise;
+      *noise++ = u;
     }
     const double h0 = -lpc + kinetic_energy(metric, inv_metric, pc, work);
     xn = xc;
     pn = pc;
     gn = gc;
-    double lpn = lpc;
-    n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xn, pn, gn, &lpn, work);
+    double lpn = lpc, log_w = 0.0;
+    int hvps = 0;
+    if (sv) {
+      n_grad[i] = 0;
+      lpn = sv->trajectory(n_steps[i], eps, rho_noise, xn, pn, gn, lpc, &log_w, &n_grad[i],
+                           &hvps);
+    } else {
+      n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xn, pn, gn, &lpn, work);
+    }
+    if (n_hvp) n_hvp[i] = hvps;
     const double h1 = -lpn + kinetic_energy(metric, inv_metric, pn, work);
-    const double log_ratio = h0 - h1;
+    const double log_ratio = h0 - h1 + log_w;
     const bool finite = std::isfinite(log_ratio);
     accept_prob[i] = finite ? std::exp(std::min(0.0, log_ratio)) : 0.0;
     divergent[i] = !finite || h1 - h0 > max_energy_error;

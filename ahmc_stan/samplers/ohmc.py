@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ghmc import GHMCKernel, GHMCState
+from ..ghmc import GHMCKernel, GHMCState, NativeIntegrator
 from ..hmc import HMCParameters
 from .ahmc import HMC_STATS, _record, run_tuned_chain
 from .chain import ChainResult
@@ -38,6 +38,7 @@ def leapfrog_trajectory(density, rng, position, inv_metric, rec):
         lp, n_grad = density.leapfrog(n_steps, step_size, inv_metric, x, p, grad, lp)
         return lp, 0.0, {"n_grad": n_grad}
 
+    trajectory.native_integrator = NativeIntegrator()
     return trajectory
 
 
@@ -54,12 +55,13 @@ def check_metric(metric, sampler: str) -> None:
 def ghmc_blocks(make_trajectory: Callable, num_candidates: int | None) -> Callable:
     """A ``make_blocks`` for :func:`~.ahmc.run_tuned_chain` running generalised HMC
     (:class:`~ahmc_stan.ghmc.GHMCKernel`) with the integrator
-    ``make_trajectory(density, rng, position, inv_metric, rec)``; the momentum starts
-    fresh when the blocks start (the metric is fixed from then on)."""
+    ``make_trajectory(density, rng, position, inv_metric, rec)``, in C++ blocks where the
+    integrator has a native form; the momentum starts fresh when the blocks start (the
+    metric is fixed from then on)."""
     def make_blocks(kernel, rng, state, inv_metric, rec):
         trajectory = make_trajectory(kernel.density, rng, state.position, inv_metric, rec)
         ghmc = GHMCKernel(kernel.density, trajectory, inv_metric, num_candidates,
-                          native_leapfrog=make_trajectory is leapfrog_trajectory)
+                          native=True)
         current = GHMCState(state.position, state.logdensity, state.logdensity_grad,
                             ghmc.fresh_momentum(rng, len(state.position)))
 

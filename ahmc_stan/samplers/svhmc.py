@@ -55,8 +55,16 @@ made; the Fit converts products into gradient-equivalents with their cost measur
 model, :mod:`ahmc_stan.costs`).  The gradients and products of G_ref's estimate are
 charged to the first iteration after it.
 
+Nothing in this argument needs U to be the talk's: any U(C, P) with U(C, −P) = U(C, P)
+keeps the sampler exact.  So ``hvp="gradient"`` takes the product from a central
+difference of two gradients (:class:`GradientDifferenceHV`, odd in P to the last bit)
+where forward-over-reverse autodiff is dear (Stan Math's GLM functions have no fast
+forward mode); only U's faithfulness to the Hessian changes (to ~1e-8).
+
 SVHMC draws a fresh momentum each iteration; OSVHMC updates it by ordered overrelaxation
-as OHMC does (:mod:`.ohmc`).  Both are tuned over Γ of (ε, L) like AHMC.
+as OHMC does (:mod:`.ohmc`).  Both are tuned over Γ of (ε, L) like AHMC.  Whole blocks of
+iterations run in C++ (``ahmc_ghmc_block``); :class:`AdaptiveVerlet` and
+:class:`~ahmc_stan.ghmc.GHMCKernel`'s loop are the Python reference of every operation.
 """
 
 from __future__ import annotations
@@ -67,12 +75,14 @@ from typing import Callable
 
 import numpy as np
 
+from ..ghmc import NativeIntegrator
 from ..metric import InvMetric, draw_momenta
 from .ahmc import HMC_STATS, run_tuned_chain
 from .chain import ChainResult
 from .ohmc import DEFAULT_NUM_CANDIDATES, check_metric, ghmc_blocks
 
-__all__ = ["AdaptiveVerlet", "HessianVector", "run_svhmc", "run_osvhmc", "TALK_EXPONENT"]
+__all__ = ["AdaptiveVerlet", "HessianVector", "GradientDifferenceHV", "hessian_vector",
+           "run_svhmc", "run_osvhmc", "TALK_EXPONENT"]
 
 #: The talk's ``U = G^{-1/2}``.
 TALK_EXPONENT = -0.5
@@ -84,6 +94,9 @@ class HessianVector:
     """``H v`` of the log density (Jacobian included, constants dropped, as the sampler's
     density) by forward-over-reverse autodiff, through the library's
     ``bs_log_density_hessian_vector_product`` with preallocated buffers."""
+
+    #: evaluations per product, and the C++ block's code for the method
+    grads, products, method = 0, 1, 0
 
     def __init__(self, model):
         self._fn = model.density.entry("bs_log_density_hessian_vector_product")
@@ -100,8 +113,61 @@ class HessianVector:
         return bool(np.isfinite(out).all())
 
 
+class GradientDifferenceHV:
+    """``H v`` by a central difference of two gradients, ``(∇log π(x + hv) −
+    ∇log π(x − hv)) / 2h``, ``h = √ε_mach (1 + ‖x‖_∞) / ‖v‖_∞`` (Stan Math's rule, with
+    maximum norms, which any summation order computes alike).  It
+    is odd in v to the last bit, so ``U(C, −P) = U(C, P)`` and SVHMC stays exact with it
+    (any such U does, module docstring); only U's faithfulness to the talk's Hessian is
+    approximate (to about 1e-8 relative)."""
+
+    grads, products, method = 2, 0, 1
+
+    def __init__(self, density):
+        self.density = density
+        dims = density.dims
+        self._x, self._g = np.empty(dims), np.empty(dims)
+
+    def __call__(self, x: np.ndarray, v: np.ndarray, out: np.ndarray) -> bool:
+        scale = float(np.max(np.abs(v)))
+        if scale == 0.0:
+            out[:] = 0.0
+            return True
+        h = math.sqrt(np.finfo(float).eps) * (1.0 + float(np.max(np.abs(x)))) / scale
+        np.add(x, h * v, out=self._x)
+        if not math.isfinite(self.density.log_density_gradient(self._x, out)):
+            return False
+        np.subtract(x, h * v, out=self._x)
+        if not math.isfinite(self.density.log_density_gradient(self._x, self._g)):
+            return False
+        out -= self._g
+        out /= 2.0 * h
+        return True
+
+
+#: ``hvp=`` option → the product's method.
+HVP_METHODS = ("autodiff", "gradient")
+
+
+def _evaluations(hvp) -> tuple[int, int]:
+    """(gradients, products) one call of ``hvp`` makes: what it declares, else one
+    product."""
+    return getattr(hvp, "grads", 0), getattr(hvp, "products", 1)
+
+
+def hessian_vector(model, method: str = "autodiff"):
+    """The Hessian-vector product of ``method``: ``"autodiff"`` (:class:`HessianVector`)
+    or ``"gradient"`` (:class:`GradientDifferenceHV`)."""
+    if method not in HVP_METHODS:
+        raise ValueError(f"hvp must be one of {', '.join(map(repr, HVP_METHODS))}, "
+                         f"not {method!r}")
+    return HessianVector(model) if method == "autodiff" else GradientDifferenceHV(model.density)
+
+
 class AdaptiveVerlet:
-    """The talk's adaptive Störmer–Verlet on ``(C, P, ρ)`` and its auxiliary ρ.
+    """The talk's adaptive Störmer–Verlet on ``(C, P, ρ)`` and its auxiliary ρ; called,
+    :meth:`trajectory` (a :data:`~ahmc_stan.ghmc.Trajectory`, which the C++ block
+    ``ahmc_ghmc_block`` runs too: :attr:`native_integrator`).
 
     ``reference`` is ``G_ref``; ``u_exponent`` is a in ``U = (G/G_ref)^a``; ``rho_sd`` is
     the relative sd s of ``q(ρ | C, P) = N(U, (sU)²)``.
@@ -115,8 +181,23 @@ class AdaptiveVerlet:
         self.reference, self.u_exponent, self.rho_sd = float(reference), u_exponent, rho_sd
         dims = density.dims
         self._v, self._w, self._g = np.empty(dims), np.empty(dims), np.empty(dims)
+        self._per_u = _evaluations(hvp)  # the evaluations of one U
         #: work done outside trajectories (G_ref's estimate), added to the next one's counts
         self.pending: dict[str, int] | None = None
+
+    def __call__(self, *args) -> tuple[float, float, dict]:
+        return self.trajectory(*args)
+
+    @property
+    def native_integrator(self) -> NativeIntegrator | None:
+        method = getattr(self.hvp, "method", None)  # None: a product C++ does not have
+        return (None if method is None else
+                NativeIntegrator((self.reference, self.u_exponent, self.rho_sd, method)))
+
+    def take_pending(self) -> dict[str, int] | None:
+        """:attr:`pending`, which is then cleared."""
+        pending, self.pending = self.pending, None
+        return pending
 
     def _minv(self, p: np.ndarray) -> np.ndarray:
         return p if self.inv_metric is None else self.inv_metric * p
@@ -151,7 +232,7 @@ class AdaptiveVerlet:
             n_grad += 1
             if not math.isfinite(lp_half):
                 return -math.inf, rho, n_grad, n_hvp
-            n_hvp += 1
+            n_grad, n_hvp = n_grad + self._per_u[0], n_hvp + self._per_u[1]
             rho = 2.0 * self.u(x, p, g_half) - rho
             if not (rho > 0 and math.isfinite(rho)):
                 return -math.inf, rho, n_grad, n_hvp
@@ -173,17 +254,18 @@ class AdaptiveVerlet:
         :attr:`pending`, charged to the first trajectory)."""
         rho_noise = rng.standard_normal()
         u0 = self.u(x, p, grad)
+        one_u = self._per_u
         if not math.isfinite(u0):
-            return -math.inf, 0.0, self._counts(0, 1)
+            return -math.inf, 0.0, self._counts(*one_u)
         rho0 = u0 * (1.0 + self.rho_sd * rho_noise)
         if not rho0 > 0:  # F would map this start to one ending at ρ_L = ρ₀ ≤ 0
-            return -math.inf, 0.0, self._counts(0, 1)
+            return -math.inf, 0.0, self._counts(*one_u)
         lp_end, rho_end, n_grad, n_hvp = self.integrate(n_steps, step_size, x, p, grad, lp,
                                                         rho0)
-        n_hvp += 1  # U(x, p) at the start
+        n_grad, n_hvp = n_grad + one_u[0], n_hvp + one_u[1]  # U(x, p) at the start
         log_w = -math.inf
         if math.isfinite(lp_end):
-            n_hvp += 1
+            n_grad, n_hvp = n_grad + one_u[0], n_hvp + one_u[1]
             u_end = self.u(x, p, grad)
             if math.isfinite(u_end):
                 log_w = self.log_q(rho_end, u_end) - self.log_q(rho0, u0)
@@ -191,13 +273,13 @@ class AdaptiveVerlet:
 
     def _counts(self, n_grad: int, n_hvp: int) -> dict:
         counts = {"n_grad": n_grad, "n_hvp": n_hvp}
-        if self.pending:
-            counts = {k: v + self.pending.get(k, 0) for k, v in counts.items()}
-            self.pending = None
+        pending = self.take_pending()
+        if pending:
+            counts = {k: v + pending.get(k, 0) for k, v in counts.items()}
         return counts
 
 
-def reference_g(density, hvp: HessianVector, rng: np.random.Generator, positions: np.ndarray,
+def reference_g(density, hvp, rng: np.random.Generator, positions: np.ndarray,
                 inv_metric: InvMetric, n_momenta: int = 20, counts: dict | None = None
                 ) -> float:
     """Median of G over ``positions`` (or ``n_momenta`` momenta at a single position), each
@@ -214,7 +296,9 @@ def reference_g(density, hvp: HessianVector, rng: np.random.Generator, positions
         x = np.ascontiguousarray(x)
         counts["n_grad"] = counts.get("n_grad", 0) + 1
         if math.isfinite(density.log_density_gradient(x, grad)):
-            counts["n_hvp"] = counts.get("n_hvp", 0) + 1
+            grads, products = _evaluations(hvp)
+            counts["n_grad"] += grads
+            counts["n_hvp"] = counts.get("n_hvp", 0) + products
             values.append(verlet.density_g(x, p, grad))
     values = np.array(values)
     values = values[np.isfinite(values) & (values > 0)]
@@ -223,53 +307,60 @@ def reference_g(density, hvp: HessianVector, rng: np.random.Generator, positions
     return float(np.median(values))
 
 
-def _sv_trajectory(model, u_exponent: float, rho_sd: float, n_reference: int,
+def _sv_trajectory(model, u_exponent: float, rho_sd: float, n_reference: int, hvp: str,
                    found: dict) -> Callable:
     """A ``make_trajectory`` for :func:`~.ohmc.ghmc_blocks`; stores G_ref in ``found``."""
     def make_trajectory(density, rng, position, inv_metric, rec):
-        hvp = HessianVector(model)
+        hvp_fn = hessian_vector(model, hvp)
         scale = rec.positions_since(max(0, rec.n - n_reference)) if rec.n else position[None]
         work = {"n_grad": 0, "n_hvp": 0}
-        found["reference_g"] = reference_g(density, hvp, rng, scale, inv_metric, counts=work)
-        verlet = AdaptiveVerlet(density, hvp, inv_metric, found["reference_g"], u_exponent,
+        found["reference_g"] = reference_g(density, hvp_fn, rng, scale, inv_metric,
+                                           counts=work)
+        verlet = AdaptiveVerlet(density, hvp_fn, inv_metric, found["reference_g"], u_exponent,
                                 rho_sd)
         verlet.pending = work  # charged to the first iteration of the blocks
-        return verlet.trajectory
+        return verlet
 
     return make_trajectory
 
 
 def _run(model, rng, x0, warmup, draws, progress, num_candidates, metric, u_exponent,
-         rho_sd, n_reference, options) -> ChainResult:
+         rho_sd, n_reference, hvp, options) -> ChainResult:
     check_metric(metric, "SVHMC")
+    if hvp not in HVP_METHODS:
+        raise ValueError(f"hvp must be one of {', '.join(map(repr, HVP_METHODS))}, "
+                         f"not {hvp!r}")
     found: dict = {}
-    make_trajectory = _sv_trajectory(model, u_exponent, rho_sd, n_reference, found)
+    make_trajectory = _sv_trajectory(model, u_exponent, rho_sd, n_reference, hvp, found)
     result = run_tuned_chain(model, rng, x0, warmup, draws, progress,
                              ghmc_blocks(make_trajectory, num_candidates),
                              SV_STATS, metric=metric, **options)
     result.extras.update(reference_g=found.get("reference_g"),
-                         u_exponent=u_exponent, rho_sd=rho_sd, num_candidates=num_candidates)
+                         u_exponent=u_exponent, rho_sd=rho_sd, num_candidates=num_candidates,
+                         hvp=hvp)
     return result
 
 
 def run_svhmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
               progress: Callable[[int], None], *, metric: str = "diag",
               u_exponent: float = TALK_EXPONENT, rho_sd: float = 0.1, n_reference: int = 50,
-              **options) -> ChainResult:
+              hvp: str = "gradient", **options) -> ChainResult:
     """One SVHMC chain (fresh momentum each iteration).  ``u_exponent``: a in
     ``U = (G/G_ref)^a``; ``rho_sd``: s of ρ's conditional; ``n_reference``: the last
-    scale-phase positions G_ref is the median over; other options are AHMC's."""
+    scale-phase positions G_ref is the median over; ``hvp``: the Hessian-vector product
+    in U, ``"autodiff"`` or ``"gradient"`` (:class:`GradientDifferenceHV`: two gradients,
+    the sampler still exact); other options are AHMC's."""
     return _run(model, rng, x0, warmup, draws, progress, None, metric, u_exponent, rho_sd,
-                n_reference, options)
+                n_reference, hvp, options)
 
 
 def run_osvhmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
                progress: Callable[[int], None], *, num_candidates: int = DEFAULT_NUM_CANDIDATES,
                metric: str = "diag", u_exponent: float = TALK_EXPONENT, rho_sd: float = 0.1,
-               n_reference: int = 50, **options) -> ChainResult:
+               n_reference: int = 50, hvp: str = "gradient", **options) -> ChainResult:
     """One OSVHMC chain: SVHMC with the momentum updated by ordered overrelaxation with
     ``num_candidates`` (K) values per component, as in OHMC."""
     if int(num_candidates) < 1:
         raise ValueError("num_candidates (K) must be at least 1")
     return _run(model, rng, x0, warmup, draws, progress, int(num_candidates), metric,
-                u_exponent, rho_sd, n_reference, options)
+                u_exponent, rho_sd, n_reference, hvp, options)
