@@ -14,16 +14,18 @@ the paper's infinite adaptation and with the tuner frozen after warmup.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-import ahmc_stan
-from ahmc_stan.samplers.chain import ChainRecorder
-from ahmc_stan.tuning import BayesOptTuner
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's ahmc_stan, also for A/B copies
+
+import numpy as np  # noqa: E402
+
+import ahmc_stan  # noqa: E402
+from ahmc_stan.samplers.chain import ChainRecorder  # noqa: E402
+from ahmc_stan.tuning import BayesOptTuner  # noqa: E402
 
 
 class TunerClock:

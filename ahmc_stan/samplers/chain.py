@@ -60,8 +60,8 @@ class ChainRecorder:
         n_new = min(len(positions), len(self.positions) - self.n)
         block = slice(self.n, self.n + n_new)
         self.positions[block] = positions[:n_new]
-        for name, value in stats.items():
-            self.stats[name][block] = np.broadcast_to(value, (len(positions),))[:n_new]
+        for name, value in stats.items():  # a scalar fills the rows, an array is cut
+            self.stats[name][block] = value if np.ndim(value) == 0 else value[:n_new]
         if self._stream is not None:
             self._stream.write(self.n, self.positions[block],
                                [self.stats[k][block] for k in self._stream.stat_names])

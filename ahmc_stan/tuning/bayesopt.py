@@ -110,13 +110,15 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
     """``argmax`` of ``acq`` by DIRECT (:func:`scipy.optimize.direct`) on the unit cube; box units.
 
     Integer dimensions are rounded before each evaluation, so the maximiser searches the
-    mixed box of Section 3.  Extra keyword arguments go to :func:`scipy.optimize.direct`
+    mixed box of Section 3.  An ``acq`` with a ``point`` attribute (``u ↦ value`` for one
+    point ``(d,)``, as :meth:`BayesOptTuner.acquisition_function` gives) is evaluated
+    through it.  Extra keyword arguments go to :func:`scipy.optimize.direct`
     (defaults here: ``maxfun=2000``, ``maxiter=10000``, ``locally_biased=True``).
     """
     kwargs.setdefault("maxiter", 10000)
     dims = [(d.low, d.width, d.integer) for d in box.dims]
 
-    def snapped(u: np.ndarray) -> np.ndarray:
+    def snapped(u: np.ndarray) -> list[float]:
         """``box.to_unit(box.unit_to_box(u))`` for one point, in plain Python (DIRECT
         calls this thousands of times per maximisation)."""
         out = []
@@ -126,10 +128,15 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
                 continue
             v = low + min(max(ui, 0.0), 1.0) * width
             out.append(((round(v) if integer else v) - low) / width)  # ties to even
-        return np.array([out])
+        return out
+
+    point = getattr(acq, "point", None)  # a single-point form of acq, if it has one
 
     def neg(u: np.ndarray) -> float:
-        val = float(np.asarray(acq(snapped(u))).ravel()[0])
+        if point is not None:
+            val = point(np.array(snapped(u)))
+        else:
+            val = float(np.asarray(acq(np.array([snapped(u)]))).ravel()[0])
         return -val if math.isfinite(val) else math.inf
 
     res = _scipy_direct(neg, [(0.0, 1.0)] * box.ndim, maxfun=maxfun, **kwargs)
@@ -298,6 +305,29 @@ class BayesOptTuner:
         mu, var = self.gp.predict(unit_points)
         return ucb(mu, np.sqrt(var), self._s, p, beta)
 
+    def acquisition_function(self, p: float | None = None) -> Acquisition:
+        """:meth:`acquisition` with this moment's ``p``, β and ``s`` fixed (the GP's data
+        must not change while it is used), with a ``point`` attribute for single points."""
+        if p is None:
+            p = self._schedule(max(self._i, 1))
+        s = self._s
+        weight = p * math.sqrt(beta_schedule(self._i + 1, self.box.ndim, self.delta))
+
+        def acq(unit_points: np.ndarray) -> np.ndarray:
+            mu, var = self.gp.predict(unit_points)
+            return s * mu + weight * np.sqrt(var)
+
+        predictors = []  # the GP's single-point form, made on first use (DIRECT's)
+
+        def point(u: np.ndarray) -> float:
+            if not predictors:
+                predictors.append(self.gp.point_predictor())
+            mu, var = predictors[0](u)
+            return s * mu + weight * math.sqrt(var)
+
+        acq.point = point
+        return acq
+
     def update(self, gamma: Mapping[str, float], reward: float) -> None:
         """Record the reward of the block run at ``gamma`` and choose γ_{i+1} (Algorithm 2).
 
@@ -338,7 +368,7 @@ class BayesOptTuner:
                     self.gp.add_many(unit, pending)
                     pending = []
                     self._current = np.array(self.box.snap(self._maximize(
-                        lambda U: self.acquisition(U, p), self.box)), dtype=float)
+                        self.acquisition_function(p), self.box)), dtype=float)
                     current = self.box.to_dict(self._current)
                 else:                                                      # line 14
                     self._current = np.array(x, dtype=float)
@@ -381,7 +411,7 @@ class BayesOptTuner:
         """The tried γ with the highest posterior mean (the current γ if nothing is observed)."""
         if self.gp.n_unique == 0:
             return self.propose()
-        X = self.gp.inputs
+        X = np.array(self.gp.inputs)  # writable: not the cached candidate grid
         mu = self.gp.predict(X, return_var=False)
         return self.box.from_unit(X[int(np.argmax(mu))])
 

@@ -43,6 +43,7 @@ from typing import Sequence
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
+from scipy.linalg.blas import dger as _dger
 
 __all__ = ["DEFAULT_NOISE_VAR", "se_ard_kernel", "GaussianProcess"]
 
@@ -107,6 +108,7 @@ class GaussianProcess:
         self._sum: list[float] = []
         self._count: list[int] = []
         self._factor: tuple[np.ndarray, np.ndarray] | None = None  # (lower Cholesky L, α)
+        self._data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # _arrays()
         self._point: tuple[np.ndarray, np.ndarray] | None = None   # scaled inputs, A⁻¹
         # Cross-kernel cache for one fixed, read-only candidate array (the tuner's grid):
         # a new distinct input then costs one new column instead of a full recomputation.
@@ -114,6 +116,7 @@ class GaussianProcess:
         self.cache_max_elements = 20_000_000
         self._cand: np.ndarray | None = None
         self._cand_K = np.empty((0, 0))
+        self._cand_n = 0  # columns of _cand_K in use
         self._carried: dict | None = None  # A⁻¹, W, q and the noise they include
 
     # ----------------------------------------------------------------- data
@@ -133,18 +136,28 @@ class GaussianProcess:
 
     @property
     def inputs(self) -> np.ndarray:
-        """Distinct inputs, shape ``(u, d)``."""
-        return np.array(self._x, dtype=float).reshape(-1, self.ndim)
+        """Distinct inputs, shape ``(u, d)`` (kept until the data change; read-only)."""
+        return self._arrays()[0]
 
     @property
     def counts(self) -> np.ndarray:
-        """Number of observations at each distinct input."""
-        return np.array(self._count, dtype=int)
+        """Number of observations at each distinct input (read-only)."""
+        return self._arrays()[1]
 
     @property
     def means(self) -> np.ndarray:
-        """Mean observed value at each distinct input."""
-        return np.array(self._sum, dtype=float) / np.maximum(self.counts, 1)
+        """Mean observed value at each distinct input (read-only)."""
+        return self._arrays()[2]
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._data is None:
+            inputs = np.array(self._x, dtype=float).reshape(-1, self.ndim)
+            counts = np.array(self._count, dtype=int)
+            means = np.array(self._sum, dtype=float) / np.maximum(counts, 1)
+            for a in (inputs, counts, means):
+                a.setflags(write=False)
+            self._data = (inputs, counts, means)
+        return self._data
 
     def add(self, x: Sequence[float] | np.ndarray, y: float) -> None:
         """Add one observation ``y = f(x) + η``."""
@@ -174,6 +187,7 @@ class GaussianProcess:
         self._sum[j] = total
         self._count[j] += len(ys)
         self._factor = None
+        self._data = None
 
     # ------------------------------------------------------------ posterior
     def _inverse(self) -> np.ndarray:
@@ -187,12 +201,25 @@ class GaussianProcess:
 
     def _predict_point(self, x: np.ndarray) -> tuple[float, float]:
         """Mean and variance at one point from ``A⁻¹`` and the scaled inputs."""
+        return self.point_predictor()(x)
+
+    def point_predictor(self):
+        """``x ↦ (μ(x), σ²(x))`` for single points ``(d,)``, with the factors of the
+        current data fixed (a maximiser's inner loop: a handful of numpy calls per point;
+        do not add data while using it).  With no data, the prior."""
+        if self.n_unique == 0:
+            return lambda x: (0.0, self.signal_var)
         _, alpha = self._factorise()
         Ainv = self._inverse()
-        scaled = self._point[0]
-        diff = scaled - x / self.length_scales
-        k = self.signal_var * np.exp(-0.5 * np.einsum("ij,ij->i", diff, diff))
-        return float(k @ alpha), max(self.signal_var - float(k @ (Ainv @ k)), 0.0)
+        scaled, ls, signal = self._point[0], self.length_scales, self.signal_var
+
+        def predict(x: np.ndarray) -> tuple[float, float]:
+            diff = scaled - x / ls
+            k = np.exp(np.einsum("ij,ij->i", diff, diff) * -0.5)
+            k *= signal
+            return float(k @ alpha), max(signal - float(k @ (Ainv @ k)), 0.0)
+
+        return predict
 
     def _factorise(self) -> tuple[np.ndarray, np.ndarray]:
         if self._factor is None:
@@ -215,17 +242,28 @@ class GaussianProcess:
         return self._factor
 
     def _cross_kernel(self, X: np.ndarray) -> np.ndarray:
-        """``k(X, inputs)``, cached column-wise when ``X`` is a read-only array seen before."""
+        """``k(X, inputs)``, cached column-wise when ``X`` is a read-only array seen before
+        (in a Fortran-ordered buffer with spare columns, so a new input writes one)."""
         if X.flags.writeable or X.shape[0] * self.n_unique > self.cache_max_elements:
             self._cand, self._cand_K = None, np.empty((0, 0))
             return se_ard_kernel(X, self.inputs, self.length_scales, self.signal_var)
         if X is not self._cand:
-            self._cand, self._cand_K = X, np.empty((X.shape[0], 0))
-        have = self._cand_K.shape[1]
-        if have < self.n_unique:
-            new = se_ard_kernel(X, self.inputs[have:], self.length_scales, self.signal_var)
-            self._cand_K = np.hstack([self._cand_K, new])
-        return self._cand_K
+            self._cand, self._cand_K, self._cand_n = X, np.empty((X.shape[0], 0), order="F"), 0
+            scaled = X / self.length_scales  # se_ard_kernel's terms of X, kept
+            self._cand_terms = (scaled, (scaled * scaled).sum(1))
+        have, n = self._cand_n, self.n_unique
+        if have < n:
+            if self._cand_K.shape[1] < n:
+                grown = np.empty((X.shape[0], max(2 * n, 16)), order="F")
+                grown[:, :have] = self._cand_K[:, :have]
+                self._cand_K = grown
+            a, a2 = self._cand_terms  # se_ard_kernel(X, new inputs), term for term
+            b = self.inputs[have:] / self.length_scales
+            sq = a2[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+            np.maximum(sq, 0.0, out=sq)
+            self._cand_K[:, have:n] = self.signal_var * np.exp(-0.5 * sq)
+            self._cand_n = n
+        return self._cand_K[:, :n]
 
     def predict(
         self, x: Sequence[float] | np.ndarray, return_var: bool = True, chunk: int = 4096
@@ -274,40 +312,58 @@ class GaussianProcess:
 
     def _carried_predict(self, Kc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance on the cached candidate grid (``Kc = k(grid, inputs)``) from
-        the carried ``A⁻¹``, ``W``, ``q`` (module docstring), brought up to date first."""
+        the carried ``A⁻¹``, ``W``, ``q`` (module docstring), brought up to date first.
+        ``W`` lives in a Fortran-ordered buffer with spare columns, updated in place by
+        BLAS rank-one updates (``dger``)."""
         noise = self.noise_var / self.counts
         c = self._carried
         if c is None or c["grid"] is not self._cand or c["updates"] >= self.REFRESH_EVERY:
             c = self._carried = self._carry_from_scratch(Kc, noise)
         else:
-            for j in range(len(c["noise"])):  # more observations at an input
+            n_old = len(c["noise"])
+            Ainv = c["Ainv"]
+            W = c["W_buf"][:, :n_old]
+            q = c["q"]
+            for j in range(n_old):  # more observations at an input: Sherman–Morrison
                 delta = noise[j] - c["noise"][j]
                 if delta != 0.0:
-                    a_j = c["Ainv"][:, j].copy()
-                    w_j = c["W"][:, j].copy()
-                    d = 1.0 + delta * a_j[j]
-                    c["Ainv"] -= (delta / d) * np.outer(a_j, a_j)
-                    c["W"] -= (delta / d) * np.outer(w_j, a_j)
-                    c["q"] -= (delta / d) * w_j * w_j
+                    a_j = Ainv[:, j].copy()
+                    w_j = W[:, j].copy()
+                    f = -delta / (1.0 + delta * a_j[j])
+                    Ainv += f * np.outer(a_j, a_j)
+                    _dger(f, w_j, a_j, a=W, overwrite_a=1)
+                    w_j *= w_j
+                    q += f * w_j
                     c["noise"][j] = noise[j]
                     c["updates"] += 1
-            X = self.inputs
-            for j in range(len(c["noise"]), self.n_unique):  # new distinct inputs
+            X = self.inputs if self.n_unique > n_old else None
+            for j in range(n_old, self.n_unique):  # new distinct inputs: block inverse
+                if c["W_buf"].shape[1] <= j:
+                    grown = np.empty((len(q), max(2 * (j + 1), 16)), order="F")
+                    grown[:, :j] = c["W_buf"][:, :j]
+                    c["W_buf"] = grown
+                W = c["W_buf"][:, :j]
                 k = se_ard_kernel(X[:j], X[j:j + 1], self.length_scales,
                                   self.signal_var).ravel()
-                b = c["Ainv"] @ k
+                b = Ainv @ k
                 schur = self.signal_var + noise[j] - k @ b
-                t = c["W"] @ k - Kc[:, j]
-                Ainv = np.empty((j + 1, j + 1))
-                Ainv[:j, :j] = c["Ainv"] + np.outer(b, b) / schur
-                Ainv[:j, j] = Ainv[j, :j] = -b / schur
-                Ainv[j, j] = 1.0 / schur
-                c["Ainv"] = Ainv
-                c["W"] = np.hstack([c["W"] + np.outer(t, b) / schur, (-t / schur)[:, None]])
-                c["q"] = c["q"] + t * t / schur
+                t = W @ k
+                t -= Kc[:, j]
+                grown_inv = np.empty((j + 1, j + 1))
+                grown_inv[:j, :j] = Ainv
+                grown_inv[:j, :j] += np.outer(b, b) / schur
+                grown_inv[:j, j] = grown_inv[j, :j] = -b / schur
+                grown_inv[j, j] = 1.0 / schur
+                Ainv = c["Ainv"] = grown_inv
+                _dger(1.0 / schur, t, b, a=W, overwrite_a=1)
+                c["W_buf"][:, j] = t
+                c["W_buf"][:, j] *= -1.0 / schur
+                t *= t
+                t /= schur
+                q += t
                 c["noise"] = np.append(c["noise"], noise[j])
                 c["updates"] += 1
-        mean = c["W"] @ self.means
+        mean = c["W_buf"][:, :self.n_unique] @ self.means
         var = self.signal_var - c["q"]
         np.maximum(var, 0.0, out=var)
         return mean, var
@@ -315,6 +371,9 @@ class GaussianProcess:
     def _carry_from_scratch(self, Kc: np.ndarray, noise: np.ndarray) -> dict:
         """``A⁻¹``, ``W = Kc A⁻¹`` and ``q`` from a Cholesky factorisation of ``A``."""
         Ainv = self._inverse().copy()  # updated in place from here on
-        W = Kc @ Ainv
-        return {"grid": self._cand, "Ainv": Ainv, "W": W, "q": np.einsum("ij,ij->i", W, Kc),
-                "noise": noise.copy(), "updates": 0}
+        n = len(Ainv)
+        W_buf = np.empty((Kc.shape[0], max(2 * n, 16)), order="F")
+        W = W_buf[:, :n]
+        np.matmul(Kc, Ainv, out=W)
+        return {"grid": self._cand, "Ainv": Ainv, "W_buf": W_buf,
+                "q": np.einsum("ij,ij->i", W, Kc), "noise": noise.copy(), "updates": 0}

@@ -117,14 +117,13 @@ class StuckDetector:
         self._since_reference += 1
         if math.isfinite(accept_stat):
             self._accept_sum += min(1.0, accept_stat)
-        where = f"lp = {lp:.4g}" if math.isfinite(lp) else f"lp = {lp}"
         if self.reference > 0 and not step_size >= self.reference * 10 ** -self.collapse_orders:
             orders = (math.inf if not step_size > 0
                       else math.log10(self.reference / step_size))
             return (f"step size collapsed from {self.reference:.3g} to {step_size:.3g} "
                     f"({orders:.1f} orders of magnitude, limit {self.collapse_orders:g}) in "
                     f"{self._since_reference} iterations, mean acceptance "
-                    f"{self._accept_sum / self._since_reference:.2f}; {where}")
+                    f"{self._accept_sum / self._since_reference:.2f}; {_where(lp)}")
         x = np.asarray(position, dtype=float)
         np.minimum(self._low, x, out=self._low)
         np.maximum(self._high, x, out=self._high)
@@ -139,8 +138,12 @@ class StuckDetector:
         if moved <= self.frozen_tol:
             return (f"no coordinate moved more than {moved:.3g} (relative; limit "
                     f"{self.frozen_tol:g}) in {self.window} iterations at step size "
-                    f"{step_size:.3g}; {where}")
+                    f"{step_size:.3g}; {_where(lp)}")
         return None
+
+
+def _where(lp: float) -> str:
+    return f"lp = {lp:.4g}" if math.isfinite(lp) else f"lp = {lp}"
 
 
 class WarmupRestarts:

@@ -1,0 +1,87 @@
+"""AHMC under different settings, side by side: min bulk ESS per gradient (warmup
+included), per second, worst R-hat and the share of gradients spent in warmup, as medians
+over seeds and ratios to the first setting.
+
+    python comparisons/ahmc_settings.py --settings "warmup=1000" \\
+        "warmup=700,scale_fraction=0.7143" [--models gauss2d,neal100,...] [--seeds 1,2,3]
+        [--chains 4] [--draws 1000]
+
+A setting is ``key=value`` pairs (values read as JSON, else strings) passed to
+``tune_and_sample`` (``warmup``, ``scale_fraction``, ``metric``, ...).  Models are those of
+``comparisons/nuts_peers.py`` (the suite's and the two uncentred regressions).  No NUTS
+runs here: ``nuts_peers.py`` compares with it.  Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nuts_peers import REGRESSIONS, SUITE, load  # noqa: E402
+
+import ahmc_stan  # noqa: E402
+
+
+def parse_setting(text: str) -> dict:
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
+    options = {"warmup": 1000, "draws": draws, **setting}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ahmc_stan.tune_and_sample(model, chains=chains, seed=seed, progress=False,
+                                        diagnose=False, **options)
+    e = fit.efficiency()
+    grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    return {"per_grad": e["min_ess_per_grad_total"], "per_s": e["min_ess_per_s_total"],
+            "rhat": e["max_rhat"], "warmup_share": e["n_grad_equiv_warmup"] / grads}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--settings", nargs="+", required=True)
+    ap.add_argument("--models", default=",".join(m for m in SUITE + list(REGRESSIONS)
+                                                 if m not in ("caravan", "sv", "lgcp")))
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--draws", type=int, default=1000)
+    args = ap.parse_args(argv)
+    settings = [parse_setting(s) for s in args.settings]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print("| model | " + " | ".join(args.settings) + " |")
+    print("|---|" + "---:|" * len(settings))
+    ratios = [[] for _ in settings]
+    for name in args.models.split(","):
+        model = load(name)
+        cells, base = [], None
+        for j, setting in enumerate(settings):
+            runs = [run(model, setting, seed, args.chains, args.draws) for seed in seeds]
+            med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+            base = base or med
+            ratios[j].append(med["per_grad"] / base["per_grad"])
+            cells.append(f"{med['per_grad']:.3g} ({med['per_grad'] / base['per_grad']:.2f}×) "
+                         f"/ {med['per_s']:.3g} / R̂ {max(r['rhat'] for r in runs):.3f} / "
+                         f"{med['warmup_share']:.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    print("| geometric mean of the ratios | " + " | ".join(
+        f"{np.exp(np.mean(np.log(r))):.2f}×" for r in ratios) + " |")
+    print("\nCells: min ESS per gradient, warmup included (÷ the first setting) / per second "
+          "/ worst R-hat / warmup's share of gradients; medians over seeds " + args.seeds)
+
+
+if __name__ == "__main__":
+    main()
