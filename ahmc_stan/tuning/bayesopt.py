@@ -299,11 +299,7 @@ class BayesOptTuner:
 
         ``p`` defaults to ``p_i`` of the last update (1 before any).
         """
-        if p is None:
-            p = self._schedule(max(self._i, 1))
-        beta = beta_schedule(self._i + 1, self.box.ndim, self.delta)
-        mu, var = self.gp.predict(unit_points)
-        return ucb(mu, np.sqrt(var), self._s, p, beta)
+        return self.acquisition_function(p)(unit_points)
 
     def acquisition_function(self, p: float | None = None) -> Acquisition:
         """:meth:`acquisition` with this moment's ``p``, β and ``s`` fixed (the GP's data
