@@ -8,7 +8,8 @@ z = (est − ref) / sqrt(mcse_est² + mcse_ref²) (ArviZ MCSE, as ``robustness.p
 One run's |z| above 5 may be bad luck or a bad run; over seeds, an unbiased sampler with
 honest MCSEs gives z's of mean ≈ 0 (± 1/√seeds) and root mean square ≈ 1.  A mean far
 from 0 is a bias that R-hat and ESS did not see; a root mean square well above 1 means the
-MCSEs (and so the ESS) are over-optimistic.  ``--sampler nuts`` runs CmdStan's NUTS.
+MCSEs (and so the ESS) are over-optimistic.  ``--sampler nuts`` runs CmdStan's NUTS,
+``nutpie`` and ``nutpie_lowrank`` nutpie.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import robustness  # noqa: E402
 
 import ahmc_stan  # noqa: E402
 from ahmc_stan.fit import stan_name  # noqa: E402
+from ahmc_stan.peers import PEERS, run_peer  # noqa: E402
 
 
 def seeds_of(text: str) -> list[int]:
@@ -54,9 +56,9 @@ def main(argv=None) -> None:
     for seed in seeds_of(args.seeds):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if args.sampler == "nuts":
-                fit = ahmc_stan.run_nuts(model, chains=args.chains, warmup=args.warmup,
-                                         draws=args.draws, seed=seed, diagnose=False)
+            if args.sampler in PEERS:
+                fit = run_peer(args.sampler, model, chains=args.chains, warmup=args.warmup,
+                               draws=args.draws, seed=seed, diagnose=False)
             else:
                 fit = ahmc_stan.tune_and_sample(model, args.sampler, chains=args.chains,
                                                 warmup=args.warmup, draws=args.draws,
