@@ -116,8 +116,8 @@ class HessianVector:
 class GradientDifferenceHV:
     """``H v`` by a central difference of two gradients, ``(∇log π(x + hv) −
     ∇log π(x − hv)) / 2h``, ``h = √ε_mach (1 + ‖x‖_∞) / ‖v‖_∞`` (Stan Math's rule, with
-    maximum norms, which any summation order computes alike).  It
-    is odd in v to the last bit, so ``U(C, −P) = U(C, P)`` and SVHMC stays exact with it
+    maximum norms, which any summation order computes alike).  It is odd in v to the
+    last bit, so ``U(C, −P) = U(C, P)`` and SVHMC stays exact with it
     (any such U does, module docstring); only U's faithfulness to the talk's Hessian is
     approximate (to about 1e-8 relative)."""
 
@@ -155,12 +155,16 @@ def _evaluations(hvp) -> tuple[int, int]:
     return getattr(hvp, "grads", 0), getattr(hvp, "products", 1)
 
 
-def hessian_vector(model, method: str = "autodiff"):
-    """The Hessian-vector product of ``method``: ``"autodiff"`` (:class:`HessianVector`)
-    or ``"gradient"`` (:class:`GradientDifferenceHV`)."""
+def _check_hvp(method: str) -> None:
     if method not in HVP_METHODS:
         raise ValueError(f"hvp must be one of {', '.join(map(repr, HVP_METHODS))}, "
                          f"not {method!r}")
+
+
+def hessian_vector(model, method: str = "autodiff"):
+    """The Hessian-vector product of ``method``: ``"autodiff"`` (:class:`HessianVector`)
+    or ``"gradient"`` (:class:`GradientDifferenceHV`)."""
+    _check_hvp(method)
     return HessianVector(model) if method == "autodiff" else GradientDifferenceHV(model.density)
 
 
@@ -327,9 +331,7 @@ def _sv_trajectory(model, u_exponent: float, rho_sd: float, n_reference: int, hv
 def _run(model, rng, x0, warmup, draws, progress, num_candidates, metric, u_exponent,
          rho_sd, n_reference, hvp, options) -> ChainResult:
     check_metric(metric, "SVHMC")
-    if hvp not in HVP_METHODS:
-        raise ValueError(f"hvp must be one of {', '.join(map(repr, HVP_METHODS))}, "
-                         f"not {hvp!r}")
+    _check_hvp(hvp)  # before any sampling, not when the blocks start
     found: dict = {}
     make_trajectory = _sv_trajectory(model, u_exponent, rho_sd, n_reference, hvp, found)
     result = run_tuned_chain(model, rng, x0, warmup, draws, progress,

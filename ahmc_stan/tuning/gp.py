@@ -45,7 +45,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve, solve_triangular
 from scipy.linalg.blas import dger as _dger
 
-__all__ = ["DEFAULT_NOISE_VAR", "se_ard_kernel", "GaussianProcess"]
+__all__ = ["DEFAULT_NOISE_VAR", "se_ard_kernel", "kernel_terms", "GaussianProcess"]
 
 #: Default observation-noise variance σ_η², in units of the (unit) prior signal variance.
 #: The tuner's acquisition uses ``s·μ`` with ``s = α / r_max`` (best reward ↦ α = 4, see
@@ -61,15 +61,32 @@ DEFAULT_NOISE_VAR = 0.1
 
 
 def se_ard_kernel(
-    x1: np.ndarray, x2: np.ndarray, length_scales: Sequence[float] | np.ndarray, signal_var: float = 1.0
+    x1: np.ndarray, x2: np.ndarray, length_scales: Sequence[float] | np.ndarray, signal_var: float = 1.0,
+    terms1: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``σ_f² exp(−½ Σ_j ((x1_j − x2_j)/ℓ_j)²)`` for all pairs; shapes ``(n, d), (m, d) → (n, m)``."""
-    ls = np.asarray(length_scales, dtype=float)
-    a = np.atleast_2d(np.asarray(x1, dtype=float)) / ls
-    b = np.atleast_2d(np.asarray(x2, dtype=float)) / ls
-    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    """``σ_f² exp(−½ Σ_j ((x1_j − x2_j)/ℓ_j)²)`` for all pairs; shapes ``(n, d), (m, d) → (n, m)``.
+    ``terms1`` (:func:`kernel_terms` of ``x1``) skips recomputing them for a fixed ``x1``."""
+    a, a2 = kernel_terms(x1, length_scales) if terms1 is None else terms1
+    b, b2 = kernel_terms(x2, length_scales)
+    sq = a2[:, None] + b2[None, :] - 2.0 * (a @ b.T)
     np.maximum(sq, 0.0, out=sq)
     return signal_var * np.exp(-0.5 * sq)
+
+
+def kernel_terms(x: np.ndarray, length_scales) -> tuple[np.ndarray, np.ndarray]:
+    """The scaled points ``x/ℓ`` and their squared norms, as :func:`se_ard_kernel` uses."""
+    a = np.atleast_2d(np.asarray(x, dtype=float)) / np.asarray(length_scales, dtype=float)
+    return a, (a * a).sum(1)
+
+
+def _with_room(buf: np.ndarray, used: int, need: int) -> np.ndarray:
+    """``buf`` (Fortran order) if it has ``need`` columns, else a copy of its first
+    ``used`` columns in one with room to grow."""
+    if buf.shape[1] >= need:
+        return buf
+    grown = np.empty((buf.shape[0], max(2 * need, 16)), order="F")
+    grown[:, :used] = buf[:, :used]
+    return grown
 
 
 class GaussianProcess:
@@ -249,19 +266,12 @@ class GaussianProcess:
             return se_ard_kernel(X, self.inputs, self.length_scales, self.signal_var)
         if X is not self._cand:
             self._cand, self._cand_K, self._cand_n = X, np.empty((X.shape[0], 0), order="F"), 0
-            scaled = X / self.length_scales  # se_ard_kernel's terms of X, kept
-            self._cand_terms = (scaled, (scaled * scaled).sum(1))
+            self._cand_terms = kernel_terms(X, self.length_scales)  # kept with the grid
         have, n = self._cand_n, self.n_unique
         if have < n:
-            if self._cand_K.shape[1] < n:
-                grown = np.empty((X.shape[0], max(2 * n, 16)), order="F")
-                grown[:, :have] = self._cand_K[:, :have]
-                self._cand_K = grown
-            a, a2 = self._cand_terms  # se_ard_kernel(X, new inputs), term for term
-            b = self.inputs[have:] / self.length_scales
-            sq = a2[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-            np.maximum(sq, 0.0, out=sq)
-            self._cand_K[:, have:n] = self.signal_var * np.exp(-0.5 * sq)
+            self._cand_K = _with_room(self._cand_K, have, n)
+            self._cand_K[:, have:n] = se_ard_kernel(X, self.inputs[have:], self.length_scales,
+                                                    self.signal_var, self._cand_terms)
             self._cand_n = n
         return self._cand_K[:, :n]
 
@@ -338,10 +348,7 @@ class GaussianProcess:
                     c["updates"] += 1
             X = self.inputs if self.n_unique > n_old else None
             for j in range(n_old, self.n_unique):  # new distinct inputs: block inverse
-                if c["W_buf"].shape[1] <= j:
-                    grown = np.empty((len(q), max(2 * (j + 1), 16)), order="F")
-                    grown[:, :j] = c["W_buf"][:, :j]
-                    c["W_buf"] = grown
+                c["W_buf"] = _with_room(c["W_buf"], j, j + 1)
                 W = c["W_buf"][:, :j]
                 k = se_ard_kernel(X[:j], X[j:j + 1], self.length_scales,
                                   self.signal_var).ravel()
@@ -372,7 +379,7 @@ class GaussianProcess:
         """``A⁻¹``, ``W = Kc A⁻¹`` and ``q`` from a Cholesky factorisation of ``A``."""
         Ainv = self._inverse().copy()  # updated in place from here on
         n = len(Ainv)
-        W_buf = np.empty((Kc.shape[0], max(2 * n, 16)), order="F")
+        W_buf = _with_room(np.empty((Kc.shape[0], 0), order="F"), 0, n)
         W = W_buf[:, :n]
         np.matmul(Kc, Ainv, out=W)
         return {"grid": self._cand, "Ainv": Ainv, "W_buf": W_buf,
