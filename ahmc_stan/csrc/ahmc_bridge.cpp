@@ -952,9 +952,7 @@ class adaptive_verlet {
       try {
         ensure_ad_tape();
         double lp;
-        vector_d hv;
-        model_hessian_times_vector(*m_->model, true, true, x, v_, lp, hv);
-        w_ = hv;
+        model_hessian_times_vector(*m_->model, true, true, x, v_, lp, w_);
       } catch (...) {
         return nan;
       }
@@ -1067,11 +1065,11 @@ int ahmc_ghmc_block(const bs_model* m, int n_iter, double eps, int max_steps, in
     n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
     for (double& c : cand) c = rng.normal();
     for (int j = 0; j < n; ++j) {
-      const double sd = metric == 1 ? 1.0 / std::sqrt(inv_metric[j]) : 1.0;
       if (k == 0) {  // a fresh momentum
         pc[j] = metric == 1 ? cand[j] / std::sqrt(inv_metric[j]) : cand[j];
         continue;
       }
+      const double sd = metric == 1 ? 1.0 / std::sqrt(inv_metric[j]) : 1.0;
       const double z = pc[j] / sd;  // p*_j = -OR(p)_j
       int below = 0;
       for (int c = 0; c < k; ++c) {
