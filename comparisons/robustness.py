@@ -284,7 +284,8 @@ def _z(est: float, ref: float, se_est: float, se_ref: float) -> float:
 
 
 def run_job(model_name: str, sampler: str, settings: dict) -> dict:
-    """One sampler on one model, reduced to numbers (runs in a worker process)."""
+    """One sampler on one model, reduced to numbers (runs in a worker process);
+    ``settings["options"]`` (optional) are passed to ``tune_and_sample``."""
     registry = load_registry()
     entry = registry.BY_NAME[model_name]
     ref = json.loads(reference_path(model_name).read_text())
@@ -313,7 +314,8 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
                 fit = tune_and_sample(model, sampler, chains=settings["chains"],
                                       warmup=settings["warmup"], draws=settings["draws"],
                                       seed=settings["seed"], progress=False,
-                                      parallel=settings["parallel"])
+                                      parallel=settings["parallel"],
+                                      **settings.get("options", {}))
         row["sample_seconds"] = time.perf_counter() - t1
         stage = "evaluate"
         conv = [w for w in caught if "Convergence" in type(w.message).__name__
