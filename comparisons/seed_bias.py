@@ -8,8 +8,9 @@ z = (est − ref) / sqrt(mcse_est² + mcse_ref²) (ArviZ MCSE, as ``robustness.p
 One run's |z| above 5 may be bad luck or a bad run; over seeds, an unbiased sampler with
 honest MCSEs gives z's of mean ≈ 0 (± 1/√seeds) and root mean square ≈ 1.  A mean far
 from 0 is a bias that R-hat and ESS did not see; a root mean square well above 1 means the
-MCSEs (and so the ESS) are over-optimistic.  ``--sampler nuts`` runs CmdStan's NUTS,
-``nutpie`` and ``nutpie_lowrank`` nutpie.
+MCSEs (and so the ESS) are over-optimistic.  Each seed's line also gives the run's min
+bulk ESS per gradient and per second (``Fit.efficiency()``, warmup included).
+``--sampler nuts`` runs CmdStan's NUTS, ``nutpie`` and ``nutpie_lowrank`` nutpie.
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ def main(argv=None) -> None:
                         (e["sd"] - r["sd"]) / np.hypot(e["mcse_sd"], r["mcse_sd"])])
         z.append(row)
         worst = max(abs(v) for pair in row for v in pair)
-        print(f"seed {seed}: max |z| {worst:.2f}, problems: "
+        e = fit.efficiency()
+        print(f"seed {seed}: max |z| {worst:.2f}, min ESS {e['min_ess_bulk']:.0f} "
+              f"({e['min_ess_per_grad_total']:.3g} per gradient, "
+              f"{e['min_ess_per_s_total']:.3g} per s, warmup included), problems: "
               f"{'; '.join(p.short for p in fit.diagnose().problems) or 'none'}", flush=True)
     z = np.array(z)  # seeds × columns × (mean, sd)
     print(f"\n{args.model}, {args.sampler} {args.options}, {len(z)} seeds")
