@@ -8,8 +8,8 @@ failures (a run with some |z| > 5 against the reference and no warning) with and
 
 A sampler is ``nuts`` (CmdStan), a name of ``tune_and_sample`` or ``name:key=value,...``
 (options as JSON values where they parse, e.g. ``ahmc:metric=diag,adapt_delta=0.95``).
-Each run is one job of ``comparisons/robustness.py`` (4 chains × (1000 + 1000), its
-references and z's), here in this process.  Per model and sampler the table gives the
+Each run is one job of ``comparisons/robustness.py`` (4 chains × (1000 + 1000), or
+``--warmup``/``--draws``; its references and z's), here in this process.  Per model and sampler the table gives the
 runs, the runs the check flags, those of them with no other problem, the largest |z| of
 an sd among the runs no check flags, and the silent failures before the check (its
 problem ignored) and with it.
@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="", help="comma-separated (default: all)")
     ap.add_argument("--samplers", default="ahmc,nuts")
     ap.add_argument("--seeds", default="1-4")
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     registry = robustness.load_registry()
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
             n = flagged = alone = silent_before = silent_after = 0
             zmax, clean = 0.0, 0  # over the runs no check flags
             for seed in seeds:
-                settings = {"seed": seed, "chains": 4, "warmup": 1000, "draws": 1000,
+                settings = {"seed": seed, "chains": 4, "warmup": args.warmup, "draws": args.draws,
                             "z_max": 5.0, "parallel": 2, "options": options}
                 row = robustness.run_job(name, sampler, settings)
                 if row.get("status") != "ok":
@@ -91,7 +93,8 @@ def main(argv=None) -> int:
                 t[i] += v
     lines += [f"# The tail-rejection check on the robustness suite", "",
               f"`python {' '.join(['comparisons/tail_rejection.py', *(argv or sys.argv[1:])])}`"
-              f" (started {started}; seeds {args.seeds}; 4 chains × (1000 + 1000)).", "",
+              f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
+              f"{args.draws})).", "",
               *table, "", "| sampler | runs | flagged | flagged, nothing else | silent "
               "failures without the check | with it |", "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {spec} | {' | '.join(map(str, t))} |" for spec, t in totals.items()]
