@@ -53,10 +53,12 @@ Checks and their thresholds (module constants):
 * ``incomplete``: the run was interrupted and the draws are a prefix.
 
 Each :class:`Problem` says whether it means the draws have **not converged**
-(``Problem.convergence``): R-hat, ESS, stuck chains, and divergences in more than
+(``Problem.convergence``): R-hat, ESS, stuck chains, tail rejections (the chains have
+not explored a tail, and their ESS overstates what they know: on GARCH the sds' z's have
+a root mean square of 1.8–2), and divergences in more than
 :data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
-max-steps, step-size spread, a slow chain, tail rejections, an incomplete run and rarer
-divergences are warnings that leave :attr:`Diagnosis.converged` true;
+max-steps, step-size spread, a slow chain, an incomplete run and rarer divergences are
+warnings that leave :attr:`Diagnosis.converged` true;
 :func:`ahmc_stan.comparison.compare` ranks fits that have not converged last.
 
 ``tune_and_sample`` and ``run_nuts`` emit a :class:`ConvergenceWarning` with the report
@@ -112,7 +114,7 @@ TAIL_REJECTION_MIN = 0.25
 TAIL_REJECTION_RATIO = 2.5
 #: Problem kinds that always mean the draws have not converged ("divergences" does
 #: above DIVERGENCE_UNCONVERGED_FRACTION).
-CONVERGENCE_KINDS = ("rhat", "ess_bulk", "ess_tail", "stuck_chain")
+CONVERGENCE_KINDS = ("rhat", "ess_bulk", "ess_tail", "stuck_chain", "tail_rejection")
 
 _WORST = 5  # columns named in a message
 
@@ -593,4 +595,4 @@ def _check_tail_rejection(fit):
         "spread and the tail quantiles of such parameters can be under-estimated. Try "
         "metric='diag' (AHMC: its smaller steps reach such tails), a higher adapt_delta "
         "(e.g. 0.95) or a reparameterisation.",
-        columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO)]
+        columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO, convergence=True)]

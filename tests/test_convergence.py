@@ -207,7 +207,7 @@ def _rejecting_in_a_tail(tail_rate, mid_rate=0.1, sampler="nuts", **kw):
 def test_tail_rejection_names_the_parameter_and_its_tail():
     d = _rejecting_in_a_tail(0.4).diagnose()
     (p,) = d.get("tail_rejection")
-    assert p.columns == ("x[2]",) and not p.convergence and d.converged
+    assert p.columns == ("x[2]",) and p.convergence and not d.converged
     assert p.value == pytest.approx(4.0, rel=0.02) and p.threshold == TAIL_REJECTION_RATIO
     assert "x[2]'s low tail 40% against 10%" in p.message and "adapt_delta" in p.message
     assert d.summary() == "tail rejections 4x (x[2])"
