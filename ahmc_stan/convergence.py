@@ -129,12 +129,12 @@ class Problem:
 
     ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
     ``"stuck_chain"``, ``"slow_chain"``, ``"ebfmi"``, ``"max_steps"``,
-    ``"step_size_spread"``, ``"tail_rejection"`` or ``"incomplete"``; ``message``: the report's paragraph;
-    ``columns``: the columns involved (worst first); ``chains``: the chains involved
-    (0-based indices into ``fit.draws``; messages count from 1, like CmdStan); ``value``:
-    the offending value (worst R-hat, smallest ESS, fraction divergent, smallest E-BFMI,
-    ...); ``threshold``: the rule's threshold; ``convergence``: True when the problem
-    means the draws have not converged (see the module docstring).
+    ``"step_size_spread"``, ``"tail_rejection"`` or ``"incomplete"``; ``message``: the
+    report's paragraph; ``columns``: the columns involved (worst first); ``chains``: the
+    chains involved (0-based indices into ``fit.draws``; messages count from 1, like
+    CmdStan); ``value``: the offending value (worst R-hat, smallest ESS, fraction divergent,
+    smallest E-BFMI, ...); ``threshold``: the rule's threshold; ``convergence``: True when
+    the problem means the draws have not converged (see the module docstring).
     """
 
     kind: str
@@ -595,4 +595,5 @@ def _check_tail_rejection(fit):
         "spread and the tail quantiles of such parameters can be under-estimated. Try "
         "metric='diag' (AHMC: its smaller steps reach such tails), a higher adapt_delta "
         "(e.g. 0.95) or a reparameterisation.",
-        columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO, convergence=True)]
+        columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO,
+        convergence=True)]

@@ -9,37 +9,31 @@ failures (a run with some |z| > 5 against the reference and no warning) with and
 A sampler is ``nuts`` (CmdStan), a name of ``tune_and_sample`` or ``name:key=value,...``
 (options as JSON values where they parse, e.g. ``ahmc:metric=diag,adapt_delta=0.95``).
 Each run is one job of ``comparisons/robustness.py`` (4 chains × (1000 + 1000), or
-``--warmup``/``--draws``; its references and z's), here in this process.  Per model and sampler the table gives the
-runs, the runs the check flags, those of them with no other problem, the largest |z| of
-an sd among the runs no check flags, and the silent failures before the check (its
-problem ignored) and with it.
+``--warmup``/``--draws``; its references and z's), here in this process.  Per model and
+sampler the table gives the runs, the runs the check flags, those of them with no other
+problem, the largest |z| of an sd among the runs with no problem, and the silent
+failures before the check (its problem ignored) and with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import robustness  # noqa: E402
+from ahmc_settings import parse_setting  # noqa: E402
 from seed_bias import seeds_of  # noqa: E402
 
 DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "tail_rejection.md"
 
 
 def parse_sampler(spec: str) -> tuple[str, dict]:
+    """``"ahmc:metric=diag"`` → (``"ahmc"``, ``{"metric": "diag"}``)."""
     name, _, rest = spec.partition(":")
-    options = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return name, options
+    return name, parse_setting(rest)
 
 
 def main(argv=None) -> int:
@@ -55,19 +49,19 @@ def main(argv=None) -> int:
     names = [n for n in args.models.split(",") if n] or [m.name for m in registry.MODELS]
     seeds = seeds_of(args.seeds)
     started = datetime.datetime.now().isoformat(timespec="seconds")
-    lines = []
-    table = ["| model | sampler | runs | flagged | flagged, nothing else | largest sd z, runs with no problem "
-             "| silent failures without the check | with it |",
+    table = ["| model | sampler | runs | flagged | flagged, nothing else | largest sd z, "
+             "runs with no problem | silent failures without the check | with it |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     totals = {}
     for name in names:
         for spec in args.samplers.split(","):
             sampler, options = parse_sampler(spec)
             n = flagged = alone = silent_before = silent_after = 0
-            zmax, clean = 0.0, 0  # over the runs no check flags
+            zmax, clean = 0.0, 0  # over the runs with no problem
             for seed in seeds:
-                settings = {"seed": seed, "chains": 4, "warmup": args.warmup, "draws": args.draws,
-                            "z_max": 5.0, "parallel": 2, "options": options}
+                settings = {"seed": seed, "chains": 4, "warmup": args.warmup,
+                            "draws": args.draws, "z_max": 5.0, "parallel": 2,
+                            "options": options}
                 row = robustness.run_job(name, sampler, settings)
                 if row.get("status") != "ok":
                     print(f"{name} {spec} seed {seed}: {row.get('error')}", flush=True)
@@ -86,12 +80,13 @@ def main(argv=None) -> int:
                 print(f"{name} {spec} seed {seed}: {'; '.join(row['problems']) or 'none'}; "
                       f"max|z| mean {row['max_abs_z_mean']:.2f} sd {row['max_abs_z_sd']:.2f}",
                       flush=True)
-            table.append(f"| {name} | {spec} | {n} | {flagged} | {alone} | "
-                         f"{f'{zmax:.2f}' if clean else '—'} | {silent_before} | {silent_after} |")
+            largest = f"{zmax:.2f}" if clean else "—"
+            table.append(f"| {name} | {spec} | {n} | {flagged} | {alone} | {largest} | "
+                         f"{silent_before} | {silent_after} |")
             t = totals.setdefault(spec, [0] * 5)
             for i, v in enumerate((n, flagged, alone, silent_before, silent_after)):
                 t[i] += v
-    lines += [f"# The tail-rejection check on the robustness suite", "",
+    lines = ["# The tail-rejection check on the robustness suite", "",
               f"`python {' '.join(['comparisons/tail_rejection.py', *(argv or sys.argv[1:])])}`"
               f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
               f"{args.draws})).", "",

