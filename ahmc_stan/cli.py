@@ -74,6 +74,8 @@ def report(fit, args: argparse.Namespace) -> None:
         print(fit.summary())
     print()
     print(fit.efficiency_line())
+    if "metric_rerun" in fit.metadata:
+        print(f"({fit.metadata['metric_rerun']['note']})")
     sys.stdout.flush()
     print_diagnosis(fit)
     if getattr(args, "output", None):
@@ -136,6 +138,9 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuning-figure", metavar="PNG", default=None,
                         help="write the tuner's reward surface and trace to this file")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--no-metric-rerun", action="store_true",
+                        help="keep the default metric's fit even when its chains leave a "
+                             "tail under-explored (tune_and_sample's metric_rerun)")
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -152,7 +157,8 @@ def _sample(args: argparse.Namespace) -> int:
                           warmup=args.warmup, draws=args.draws, seed=args.seed, init=init,
                           max_seconds=args.max_seconds, thin=args.thin,
                           output_dir=args.output_dir,
-                          progress=not args.no_progress, diagnose=False, **options)
+                          progress=not args.no_progress, diagnose=False,
+                          metric_rerun=not args.no_metric_rerun, **options)
     report(fit, args)
     if fit.incomplete:
         why = "out of time" if fit.metadata.get("out_of_time") else "interrupted"

@@ -49,7 +49,8 @@ Checks and their thresholds (module constants):
   agree with each other (R-hat and ESS look fine) and still all under-state the spread
   of the parameter: on GARCH(1,1) with AHMC's low-rank metric, the sds of two parameters
   4–12 % low with no other warning (``comparisons/results/tail_rejection.md`` measures
-  the rule on the robustness suite).
+  the rule on the robustness suite).  Not for thinned fits (``metadata["thin"] > 1``),
+  whose kept draws do not record the move that leaves them.
 * ``incomplete``: the run was interrupted and the draws are a prefix.
 
 Each :class:`Problem` says whether it means the draws have **not converged**
@@ -75,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["diagnose", "Diagnosis", "Problem", "ConvergenceWarning", "warn_if_problems",
+__all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning", "warn_if_problems",
            "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
            "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
@@ -224,13 +225,16 @@ class Diagnosis:
 
 # ---- the checks ---------------------------------------------------------------------------
 
-def diagnose(fit) -> Diagnosis:
-    """Run every check on ``fit`` (a :class:`~ahmc_stan.fit.Fit`); see the module doc."""
+def diagnose(fit, checks=None) -> Diagnosis:
+    """Run every check on ``fit`` (a :class:`~ahmc_stan.fit.Fit`), or those named in
+    ``checks`` (keys of :data:`CHECKS`); see the module doc."""
+    unknown = set(checks or ()) - set(CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks {sorted(unknown)}; choose from {list(CHECKS)}")
     problems: list[Problem] = []
-    for check in (_check_incomplete, _check_rhat_ess, _check_divergences, _check_stuck,
-                  _check_slow_chain, _check_ebfmi, _check_max_steps, _check_step_size,
-                  _check_tail_rejection):
-        problems.extend(check(fit))
+    for name, check in CHECKS.items():
+        if checks is None or name in checks:
+            problems.extend(check(fit))
     return Diagnosis(tuple(problems))
 
 
@@ -558,8 +562,8 @@ def _check_slow_chain(fit):
 def _check_tail_rejection(fit):
     st = fit.sampler_stats
     k = fit.n_params
-    if "energy" not in st or k == 0 or fit.n_draws < 50:
-        return []
+    if "energy" not in st or k == 0 or fit.n_draws < 50 or fit.metadata.get("thin", 1) > 1:
+        return []  # thinned: a kept draw's statistic is not the move from the one before
     cols = np.flatnonzero(_varying(fit))
     if cols.size == 0:
         return []
@@ -597,3 +601,13 @@ def _check_tail_rejection(fit):
         "(e.g. 0.95) or a reparameterisation.",
         columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO,
         convergence=True)]
+
+
+#: The checks in the order :func:`diagnose` runs them (``rhat_ess`` gives the kinds
+#: ``rhat``, ``ess_bulk`` and ``ess_tail``; every other check the kind of its name,
+#: ``step_size`` the kind ``step_size_spread``, ``stuck`` ``stuck_chain``).
+CHECKS = {"incomplete": _check_incomplete, "rhat_ess": _check_rhat_ess,
+          "divergences": _check_divergences, "stuck": _check_stuck,
+          "slow_chain": _check_slow_chain, "ebfmi": _check_ebfmi,
+          "max_steps": _check_max_steps, "step_size": _check_step_size,
+          "tail_rejection": _check_tail_rejection}

@@ -425,7 +425,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     init: Any = None, progress: bool = True,
                     parallel: bool | int | None = None, diagnose: bool = True,
                     max_seconds: float | None = None, thin: int = 1,
-                    output_dir: str | os.PathLike | None = None, **options) -> Fit:
+                    output_dir: str | os.PathLike | None = None,
+                    metric_rerun: bool = True, **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then run ``draws``
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
@@ -459,6 +460,17 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     column names, to ``draws.csv``.  :func:`load_output` reads the folder back, also after
     the run was killed.
 
+    ``metric_rerun``: a sampler whose default metric is estimated from gradients (AHMC's
+    ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
+    check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
+    chains then under-explore, all alike) and not the E-BFMI check is run again, same
+    seed, with Stan's diagonal metric (``metric="diag"``), and that fit is returned when
+    it has converged (else the first).  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
+    run not returned are charged to the returned one's warmup (each chain's first
+    iteration), so ESS per gradient and per second count them; with ``output_dir`` the
+    rerun's chains stream to its subfolder ``metric_rerun`` and ``fit.npz`` holds the
+    returned fit.  ``False`` turns this off.
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
@@ -467,6 +479,110 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
+    run = functools.partial(_run_chains, model, sampler, chains, warmup, draws, seed, inits,
+                            radius, progress, parallel, deadline, max_seconds, thin)
+    fit = run(options, output_dir)
+    if metric_rerun and not fit.incomplete and _rerun_applies(sampler, options):
+        fit = _metric_rerun(fit, lambda: run(
+            {**options, "metric": RERUN_METRIC},
+            None if output_dir is None else Path(output_dir) / "metric_rerun"), progress)
+    if output_dir is not None:
+        fit.save(Path(output_dir) / "fit.npz")
+        fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
+    if diagnose:
+        from .convergence import warn_if_problems
+
+        warn_if_problems(fit)
+    return fit
+
+
+#: Gradient-based metrics (:mod:`ahmc_stan.tuning.hmc_warmup`) whose fits get the rerun.
+GRADIENT_METRICS = ("low_rank", "fisher")
+#: The metric of the rerun: Stan's diagonal, from the draws alone.
+RERUN_METRIC = "diag"
+
+
+def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
+    """The sampler's default metric is gradient-based and the call did not choose one."""
+    if "metric" in options:
+        return False
+    param = inspect.signature(SAMPLERS[sampler]()).parameters.get("metric")
+    return param is not None and param.default in GRADIENT_METRICS
+
+
+def _metric_rerun(first: Fit, rerun: Callable[[], Fit], progress: bool) -> Fit:
+    """``first``, or ``rerun()``'s fit when ``first`` fails the tail-rejection check and
+    the rerun converged; the other run's cost charged to the returned fit's warmup.  No
+    rerun when ``first``'s E-BFMI is low as well: the momenta cannot explore the energy
+    (Betancourt 2016), a funnel-like geometry that a reparameterisation cures and no
+    constant metric does (on the robustness suite every such rerun failed too)."""
+    from .convergence import diagnose
+
+    found = diagnose(first, checks=("tail_rejection", "ebfmi"))
+    if not found.get("tail_rejection"):
+        return first
+    record = {"metric": RERUN_METRIC, "reason": found.summary()}
+    if found.get("ebfmi"):
+        record.update(ran=False, adopted=False, note=(
+            f"{record['reason']} with the default metric: not run again with "
+            f"metric={RERUN_METRIC!r}, since a low E-BFMI points to the geometry "
+            "(reparameterise) rather than the metric"))
+        first.metadata["metric_rerun"] = record
+        return first
+    record["ran"] = True
+    if progress:
+        print(f"{first.sampler}: {record['reason']} with the default metric; running "
+              f"again with metric={RERUN_METRIC!r}", file=sys.stderr, flush=True)
+    try:
+        second = rerun()
+    except (KeyboardInterrupt, TimeoutError) as stop:  # no draw made: keep the first run
+        second, record["stopped"] = None, type(stop).__name__
+    problems = None if second is None else diagnose(second)
+    adopted = second is not None and not second.incomplete and problems.converged
+    record["adopted"] = adopted
+    if problems is not None:
+        record["rerun_problems"] = problems.summary()
+    chosen, other = (second, first) if adopted else (first, second)
+    if other is not None:
+        _charge(chosen, other)
+        record["charged"] = {"n_grad": other.n_grad_warmup + other.n_grad_sampling,
+                             "seconds": other.time_warmup + other.time_sampling}
+    kept = ("its fit is returned" if adopted else
+            f"it did not converge either ({record.get('rerun_problems') or 'stopped'}): "
+            "the first fit is returned")
+    cost = (f"; the other run's {record['charged']['n_grad']} gradients and "
+            f"{record['charged']['seconds']:.3g} chain-seconds are counted in warmup"
+            if "charged" in record else "")
+    record["note"] = (f"{record['reason']} with the default metric: ran again with "
+                      f"metric={RERUN_METRIC!r}; {kept}{cost}")
+    chosen.metadata["metric_rerun"] = record
+    return chosen
+
+
+def _charge(fit: Fit, other: Fit) -> None:
+    """Charge ``other``'s evaluations and seconds to ``fit``'s warmup: chain c's gradients
+    to its first warmup iteration (all to chain 1's when the chains do not pair up)."""
+    ws = fit.warmup_sampler_stats
+    if ws and "n_grad" in ws and ws["n_grad"].shape[1]:
+        spent = np.sum(other.sampler_stats["n_grad"], axis=1)
+        if other.warmup_sampler_stats and "n_grad" in other.warmup_sampler_stats:
+            spent = spent + np.sum(other.warmup_sampler_stats["n_grad"], axis=1)
+        if len(spent) == ws["n_grad"].shape[0]:
+            ws["n_grad"][:, 0] += spent.astype(ws["n_grad"].dtype)
+        else:
+            ws["n_grad"][0, 0] += spent.sum().astype(ws["n_grad"].dtype)
+    for kind in set(other.n_eval_warmup) | set(other.n_eval_sampling):
+        fit.n_eval_warmup[kind] = (fit.n_eval_warmup.get(kind, 0)
+                                   + other.n_eval_warmup.get(kind, 0)
+                                   + other.n_eval_sampling.get(kind, 0))
+    fit.n_grad_warmup = fit.n_eval_warmup["gradient"]
+    fit.time_warmup += other.time_warmup + other.time_sampling
+
+
+def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws: int,
+                seed: int, inits, radius, progress, parallel, deadline, max_seconds, thin,
+                options: Mapping[str, Any], output_dir) -> Fit:
+    """The chains of one :func:`tune_and_sample` call, assembled into a Fit."""
     seeds = np.random.SeedSequence(seed).spawn(chains)
     workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
     workers = max(1, min(workers, chains))
@@ -527,13 +643,6 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     if out_of_time:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
-    if output_dir is not None:
-        fit.save(Path(output_dir) / "fit.npz")
-        fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
-    if diagnose:
-        from .convergence import warn_if_problems
-
-        warn_if_problems(fit)
     return fit
 
 

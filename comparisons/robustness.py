@@ -354,6 +354,8 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["divergences"] = int(np.sum(fit.sampler_stats["divergent"]))
         row["n_grad"] = int(fit.n_grad_warmup + fit.n_grad_sampling)
         row["incomplete"] = bool(fit.incomplete)
+        row["metric_rerun"] = fit.metadata.get("metric_rerun")
+        row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)
         row["columns"] = cols
         row["status"] = "ok"
     except Exception as err:  # noqa: BLE001 - an error row, not a crash

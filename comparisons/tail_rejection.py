@@ -36,18 +36,35 @@ def parse_sampler(spec: str) -> tuple[str, dict]:
     return name, parse_setting(rest)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def suite_arguments(doc: str, samplers: str, seeds: str, out: Path, argv=None
+                    ) -> argparse.Namespace:
+    """The command line of a script that runs samplers over the robustness suite's models
+    and seeds; ``args.names`` and ``args.seed_list`` resolved."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--models", default="", help="comma-separated (default: all)")
-    ap.add_argument("--samplers", default="ahmc,nuts")
-    ap.add_argument("--seeds", default="1-4")
+    ap.add_argument("--samplers", default=samplers)
+    ap.add_argument("--seeds", default=seeds)
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--draws", type=int, default=1000)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", type=Path, default=out)
     args = ap.parse_args(argv)
-    registry = robustness.load_registry()
-    names = [n for n in args.models.split(",") if n] or [m.name for m in registry.MODELS]
-    seeds = seeds_of(args.seeds)
+    args.names = ([n for n in args.models.split(",") if n]
+                  or [m.name for m in robustness.load_registry().MODELS])
+    args.seed_list = seeds_of(args.seeds)
+    return args
+
+
+def run(name: str, spec: str, seed: int, args: argparse.Namespace) -> dict:
+    """One job of ``robustness.run_job``: 4 chains × (args.warmup + args.draws), 2 workers."""
+    sampler, options = parse_sampler(spec)
+    return robustness.run_job(name, sampler, {
+        "seed": seed, "chains": 4, "warmup": args.warmup, "draws": args.draws,
+        "z_max": 5.0, "parallel": 2, "options": options})
+
+
+def main(argv=None) -> int:
+    args = suite_arguments(__doc__, "ahmc,nuts", "1-4", DEFAULT_OUT, argv)
+    names, seeds = args.names, args.seed_list
     started = datetime.datetime.now().isoformat(timespec="seconds")
     table = ["| model | sampler | runs | flagged | flagged, nothing else | largest sd z, "
              "runs with no problem | silent failures without the check | with it |",
@@ -55,14 +72,10 @@ def main(argv=None) -> int:
     totals = {}
     for name in names:
         for spec in args.samplers.split(","):
-            sampler, options = parse_sampler(spec)
             n = flagged = alone = silent_before = silent_after = 0
             zmax, clean = 0.0, 0  # over the runs with no problem
             for seed in seeds:
-                settings = {"seed": seed, "chains": 4, "warmup": args.warmup,
-                            "draws": args.draws, "z_max": 5.0, "parallel": 2,
-                            "options": options}
-                row = robustness.run_job(name, sampler, settings)
+                row = run(name, spec, seed, args)
                 if row.get("status") != "ok":
                     print(f"{name} {spec} seed {seed}: {row.get('error')}", flush=True)
                     continue

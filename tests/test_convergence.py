@@ -400,8 +400,87 @@ def test_ahmc_low_rank_on_garch_is_no_longer_silent():
     entry = registry.BY_NAME["garch11"]
     model = StanModel(entry.stan_file, entry.data())
     run = dict(chains=4, warmup=1000, draws=1000, seed=1, progress=False, diagnose=False)
-    low_rank = tune_and_sample(model, "ahmc", **run).diagnose()
+    low_rank_fit = tune_and_sample(model, "ahmc", metric="low_rank", **run)
+    low_rank = low_rank_fit.diagnose()
     assert low_rank.kinds() == ("tail_rejection",), str(low_rank)
     assert low_rank.problems[0].columns[0] in ("beta1", "alpha0")
-    diag = tune_and_sample(model, "ahmc", metric="diag", **run).diagnose()
+    assert "metric_rerun" not in low_rank_fit.metadata  # the user chose the metric
+    diag_fit = tune_and_sample(model, "ahmc", metric="diag", **run)
+    diag = diag_fit.diagnose()
     assert not diag.get("tail_rejection"), str(diag)
+
+    # by default the run is repeated in Stan's diagonal metric, and that fit returned
+    fit = tune_and_sample(model, "ahmc", **run)
+    rerun = fit.metadata["metric_rerun"]
+    assert rerun["adopted"] and rerun["reason"] == low_rank.summary()
+    assert fit.metadata["options"] == {"metric": "diag"}
+    np.testing.assert_array_equal(fit.draws, diag_fit.draws)
+    assert fit.diagnose().converged
+    # the discarded run's gradients are charged to the warmup: ESS per gradient counts them
+    spent = low_rank_fit.n_grad_warmup + low_rank_fit.n_grad_sampling
+    assert rerun["charged"]["n_grad"] == spent
+    assert fit.n_grad_warmup == diag_fit.n_grad_warmup + spent
+    assert fit.n_grad_sampling == diag_fit.n_grad_sampling
+    assert fit.time_warmup > diag_fit.time_warmup
+    # off: the default metric's (flagged) fit, as with metric="low_rank"
+    off = tune_and_sample(model, "ahmc", metric_rerun=False, **run)
+    np.testing.assert_array_equal(off.draws, low_rank_fit.draws)
+    assert "metric_rerun" not in off.metadata
+
+
+def _with_warmup(fit, n_warm=20, per_iteration=3):
+    """``fit`` with warmup statistics: ``per_iteration`` gradients per warmup iteration."""
+    stats = {"n_grad": np.full((fit.chains, n_warm), per_iteration, dtype=np.int64)}
+    return Fit(fit.draws, fit.columns, fit.sampler_stats, warmup_sampler_stats=stats,
+               sampler=fit.sampler, time_warmup=1.0, time_sampling=2.0)
+
+
+def test_metric_rerun_keeps_the_first_fit_when_the_rerun_fails_too():
+    """The rule of ``tune_and_sample(metric_rerun=True)`` on synthetic fits: a rerun that
+    has not converged is not returned, but its cost is charged; no tail problem, no rerun."""
+    from ahmc_stan.sampling import _metric_rerun
+
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    failing = _with_warmup(synthetic(seed=3, sampler="ahmc"), per_iteration=5)
+    failing.draws[0] += 5.0  # chain 1 elsewhere: R-hat
+    assert not failing.diagnose().converged
+    before = first.n_grad_warmup
+    fit = _metric_rerun(first, lambda: failing, progress=False)
+    assert fit is first
+    record = fit.metadata["metric_rerun"]
+    assert not record["adopted"] and "R-hat" in record["rerun_problems"]
+    assert "the first fit is returned" in record["note"]
+    spent = failing.n_grad_warmup + failing.n_grad_sampling
+    assert fit.n_grad_warmup == before + spent == int(np.sum(fit.warmup_sampler_stats["n_grad"]))
+    np.testing.assert_array_equal(fit.warmup_sampler_stats["n_grad"][:, 0],
+                                  3 + 5 * 20 + 7 * 500)
+    assert fit.time_warmup == 1.0 + 3.0
+
+    clean = _with_warmup(synthetic(sampler="ahmc"))
+    assert _metric_rerun(clean, lambda: pytest.fail("no rerun"), progress=False) is clean
+    assert "metric_rerun" not in clean.metadata
+
+    # tail rejections with a low E-BFMI (energy a random walk): the geometry, no rerun
+    funnel = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    funnel.sampler_stats["energy"] = np.cumsum(funnel.sampler_stats["energy"], axis=1)
+    assert set(funnel.diagnose().kinds()) >= {"tail_rejection", "ebfmi"}
+    assert _metric_rerun(funnel, lambda: pytest.fail("no rerun"), progress=False) is funnel
+    record = funnel.metadata["metric_rerun"]
+    assert not record["ran"] and "reparameterise" in record["note"]
+    assert funnel.n_grad_warmup == 3 * 20 * funnel.chains
+
+
+def test_metric_rerun_applies_to_gradient_based_default_metrics_only():
+    from ahmc_stan.sampling import _rerun_applies
+
+    assert _rerun_applies("ahmc", {})                       # default low_rank
+    assert not _rerun_applies("ahmc", {"metric": "low_rank"})  # the user's choice
+    assert not _rerun_applies("hmc", {}) and not _rerun_applies("bandit", {})  # diag
+
+
+def test_tail_rejection_skips_thinned_fits():
+    """A thinned fit's kept draw does not record the transition leaving the one before."""
+    fit = _rejecting_in_a_tail(0.6)
+    assert fit.diagnose().get("tail_rejection")
+    fit.metadata["thin"] = 2
+    assert not fit.diagnose().get("tail_rejection")

@@ -1,0 +1,104 @@
+"""AHMC's metric rerun (``tune_and_sample(metric_rerun=True)``, the default) on the
+robustness suite: a fit of the default ``low_rank`` metric that fails the tail-rejection
+check is run again with ``metric="diag"``, and that fit returned when it converged.
+Against the old default (``ahmc:metric=low_rank``) and CmdStan's NUTS, per model: runs
+that pass the reference (all |z| ≤ 5), that converged (``Fit.diagnose()``), silent
+failures (not passing, no warning), reruns made and adopted, tail rejections not rerun
+because the E-BFMI was low too, and the medians of min bulk ESS, per gradient and per
+chain-second (warmup and a discarded run included); each run's numbers in a JSON file
+beside the table.
+
+    python comparisons/metric_rerun.py --seeds 1-2
+    python comparisons/metric_rerun.py --models garch11,ucb_admissions --seeds 1-4
+
+Each run is one job of ``comparisons/robustness.py`` (4 chains × (1000 + 1000)) in this
+process; samplers as ``comparisons/tail_rejection.py`` takes them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import robustness  # noqa: E402
+from tail_rejection import run, suite_arguments  # noqa: E402
+
+DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "metric_rerun.md"
+#: What the JSON file beside the table keeps of each run.
+KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_failure",
+        "problems", "max_abs_z_mean", "max_abs_z_sd", "n_grad", "time_seconds",
+        "metric_rerun")
+
+
+def min_ess(row: dict) -> float:
+    return min(c["ess_bulk"] for c in row["columns"].values() if c["ess_bulk"] is not None)
+
+
+def _median(values, fmt: str) -> str:
+    return format(statistics.median(values), fmt) if values else "—"
+
+
+def main(argv=None) -> int:
+    args = suite_arguments(__doc__, "ahmc,ahmc:metric=low_rank,nuts", "1-2", DEFAULT_OUT,
+                           argv)
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    table = ["| model | sampler | runs | pass | converged | silent failures | reruns "
+             "(adopted) | not rerun: E-BFMI | min ESS | min ESS per gradient | "
+             "min ESS per chain-second |", "|---|---|" + "---:|" * 9]
+    totals: dict[str, list] = {}
+    kept: list[dict] = []
+    for name in args.names:
+        for spec in args.samplers.split(","):
+            rows = []
+            for seed in args.seed_list:
+                row = run(name, spec, seed, args)
+                if row.get("status") != "ok":
+                    print(f"{name} {spec} seed {seed}: {row.get('error')}", flush=True)
+                    continue
+                rows.append(row)
+                rerun = row.get("metric_rerun")
+                print(f"{name} {spec} seed {seed}: {'; '.join(row['problems']) or 'none'}; "
+                      f"pass {row['pass']}; min ESS {min_ess(row):.0f}, "
+                      f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
+                      + (f"; rerun: {rerun['note']}" if rerun else ""), flush=True)
+            records = [r["metric_rerun"] for r in rows if r.get("metric_rerun")]
+            reruns = [r for r in records if r["ran"]]
+            counts = (len(rows), sum(r["pass"] for r in rows),
+                      sum(r["not_converged"] is False for r in rows),
+                      sum(r["silent_failure"] for r in rows), len(reruns),
+                      sum(r["adopted"] for r in reruns), len(records) - len(reruns))
+            ess = [min_ess(r) for r in rows]
+            table.append(
+                f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "
+                f"{counts[4]} ({counts[5]}) | {counts[6]} | {_median(ess, '.0f')} | "
+                f"{_median([e / r['n_grad'] for e, r in zip(ess, rows)], '.3g')} | "
+                f"{_median([e / r['time_seconds'] for e, r in zip(ess, rows)], '.4g')} |")
+            t = totals.setdefault(spec, [0] * 8 + [0.0])
+            for i, v in enumerate(counts):
+                t[i] += v
+            t[7] += sum(r["n_grad"] for r in rows)
+            t[8] += sum(r["time_seconds"] for r in rows)
+            kept.extend({"spec": spec, **{k: r.get(k) for k in KEPT}} for r in rows)
+    lines = ["# AHMC's metric rerun on the robustness suite", "",
+             f"`python {' '.join(['comparisons/metric_rerun.py', *(argv or sys.argv[1:])])}`"
+             f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
+             f"{args.draws})). "
+             "Gradients and chain-seconds include warmup and, for a rerun, the run not "
+             "returned.", "", *table, "",
+             "| sampler | runs | pass | converged | silent failures | reruns | adopted | "
+             "not rerun: E-BFMI | gradients | chain-seconds |", "|---|" + "---:|" * 9]
+    lines += [f"| {spec} | {' | '.join(map(str, t[:8]))} | {t[8]:.0f} |"
+              for spec, t in totals.items()]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(kept, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
