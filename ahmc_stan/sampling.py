@@ -465,11 +465,11 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
     chains then under-explore, all alike) and not the E-BFMI check is run again, same
     seed, with Stan's diagonal metric (``metric="diag"``), and that fit is returned when
-    it has converged (else the first).  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
-    run not returned are charged to the returned one's warmup (each chain's first
-    iteration), so ESS per gradient and per second count them; with ``output_dir`` the
-    rerun's chains stream to its subfolder ``metric_rerun`` and ``fit.npz`` holds the
-    returned fit.  ``False`` turns this off.
+    it has converged (else the first).  ``fit.metadata["metric_rerun"]`` logs it; the
+    gradients and seconds of the run not returned are charged to the returned one's
+    warmup (each chain's first iteration), so ESS per gradient and per second count
+    them; with ``output_dir`` the rerun's chains stream to its subfolder
+    ``metric_rerun`` and ``fit.npz`` holds the returned fit.  ``False`` turns this off.
 
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
@@ -515,7 +515,7 @@ def _metric_rerun(first: Fit, rerun: Callable[[], Fit], progress: bool) -> Fit:
     the rerun converged; the other run's cost charged to the returned fit's warmup.  No
     rerun when ``first``'s E-BFMI is low as well: the momenta cannot explore the energy
     (Betancourt 2016), a funnel-like geometry that a reparameterisation cures and no
-    constant metric does (on the robustness suite every such rerun failed too)."""
+    constant metric does (``comparisons/metric_rerun.py`` measures both rules)."""
     from .convergence import diagnose
 
     found = diagnose(first, checks=("tail_rejection", "ebfmi"))

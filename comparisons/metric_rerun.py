@@ -82,7 +82,8 @@ def main(argv=None) -> int:
                 t[i] += v
             t[7] += sum(r["n_grad"] for r in rows)
             t[8] += sum(r["time_seconds"] for r in rows)
-            kept.extend({"spec": spec, **{k: r.get(k) for k in KEPT}} for r in rows)
+            kept.extend({"spec": spec, "min_ess": e, **{k: r.get(k) for k in KEPT}}
+                        for e, r in zip(ess, rows))
     lines = ["# AHMC's metric rerun on the robustness suite", "",
              f"`python {' '.join(['comparisons/metric_rerun.py', *(argv or sys.argv[1:])])}`"
              f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
