@@ -410,7 +410,10 @@ def _check_stuck(fit):
                         f"{ref - means[c]:.3g} below the other chains' median ({ref:.4g}), "
                         f"more than the allowed {gap:.3g} (max({LP_GAP_SDS:g} within-chain "
                         f"sds, {LP_GAP_MIN:g})): it is probably stuck in a region of low "
-                        "posterior density (a minor mode or a local optimum).",
+                        "posterior density (a minor mode or a local optimum), and its draws "
+                        "are not the posterior's.  Run again with init= values in the "
+                        "other chains' region (one of their draws), or with priors that "
+                        "exclude the region where the chain started.",
                         chains=(c,), value=float(means[c] - ref), threshold=-gap,
                         convergence=True))
     return out
