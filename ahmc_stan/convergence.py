@@ -1,6 +1,7 @@
 """Stan-grade convergence diagnostics of a :class:`~ahmc_stan.fit.Fit`, for every sampler.
 
-``diagnose(fit)`` (also :meth:`Fit.diagnose`) runs the checks of CmdStan's ``diagnose``
+``diagnose(fit)`` (also :meth:`Fit.diagnose`; ``diagnose(fit, checks=...)`` runs only
+the named ones of :data:`CHECKS`) runs the checks of CmdStan's ``diagnose``
 and cmdstanpy's ``fit.diagnose()`` on the post-warmup draws of the parameters-block
 columns (the first ``fit.n_params`` columns) and returns a :class:`Diagnosis`: a tuple of
 :class:`Problem`, empty when all is well.  ``str(diagnosis)`` is the text report, one
@@ -76,8 +77,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning", "warn_if_problems",
-           "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
+__all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
+           "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
            "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
            "TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",

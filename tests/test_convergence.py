@@ -493,3 +493,13 @@ def test_tail_rejection_skips_thinned_fits():
     assert fit.diagnose().get("tail_rejection")
     fit.metadata["thin"] = 2
     assert not fit.diagnose().get("tail_rejection")
+
+
+def test_diagnose_runs_the_named_checks_only():
+    fit = _rejecting_in_a_tail(0.6)
+    fit.sampler_stats["divergent"][0, :10] = 1
+    assert set(fit.diagnose().kinds()) == {"divergences", "tail_rejection"}
+    assert diagnose(fit, checks=("tail_rejection",)).kinds() == ("tail_rejection",)
+    assert diagnose(fit, checks=("ebfmi",)).ok
+    with pytest.raises(ValueError, match="unknown checks \\['tail'\\]"):
+        diagnose(fit, checks=("tail",))
