@@ -78,8 +78,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
-           "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN", "DIVERGENCE_UNCONVERGED_FRACTION",
-           "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
+           "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
+           "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
            "TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",
            "CONVERGENCE_KINDS"]

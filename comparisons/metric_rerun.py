@@ -34,10 +34,6 @@ KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_f
         "metric_rerun")
 
 
-def min_ess(row: dict) -> float:
-    return min(c["ess_bulk"] for c in row["columns"].values() if c["ess_bulk"] is not None)
-
-
 def _median(values, fmt: str) -> str:
     return format(statistics.median(values), fmt) if values else "—"
 
@@ -62,7 +58,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 rerun = row.get("metric_rerun")
                 print(f"{name} {spec} seed {seed}: {'; '.join(row['problems']) or 'none'}; "
-                      f"pass {row['pass']}; min ESS {min_ess(row):.0f}, "
+                      f"pass {row['pass']}; min ESS {row['min_ess_bulk']:.0f}, "
                       f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
                       + (f"; rerun: {rerun['note']}" if rerun else ""), flush=True)
             records = [r["metric_rerun"] for r in rows if r.get("metric_rerun")]
@@ -71,7 +67,7 @@ def main(argv=None) -> int:
                       sum(r["not_converged"] is False for r in rows),
                       sum(r["silent_failure"] for r in rows), len(reruns),
                       sum(r["adopted"] for r in reruns), len(records) - len(reruns))
-            ess = [min_ess(r) for r in rows]
+            ess = [r["min_ess_bulk"] for r in rows]
             table.append(
                 f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "
                 f"{counts[4]} ({counts[5]}) | {counts[6]} | {_median(ess, '.0f')} | "
