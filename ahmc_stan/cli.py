@@ -74,8 +74,9 @@ def report(fit, args: argparse.Namespace) -> None:
         print(fit.summary())
     print()
     print(fit.efficiency_line())
-    if "metric_rerun" in fit.metadata:
-        print(f"({fit.metadata['metric_rerun']['note']})")
+    for rerun in ("chain_rerun", "metric_rerun"):
+        if rerun in fit.metadata:
+            print(f"({fit.metadata[rerun]['note']})")
     sys.stdout.flush()
     print_diagnosis(fit)
     if getattr(args, "output", None):
@@ -141,6 +142,9 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-metric-rerun", action="store_true",
                         help="keep the default metric's fit even when its chains leave a "
                              "tail under-explored (tune_and_sample's metric_rerun)")
+    parser.add_argument("--no-chain-rerun", action="store_true",
+                        help="keep a chain that strayed into a region of negligible mass "
+                             "instead of running it again (tune_and_sample's chain_rerun)")
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -158,7 +162,8 @@ def _sample(args: argparse.Namespace) -> int:
                           max_seconds=args.max_seconds, thin=args.thin,
                           output_dir=args.output_dir,
                           progress=not args.no_progress, diagnose=False,
-                          metric_rerun=not args.no_metric_rerun, **options)
+                          metric_rerun=not args.no_metric_rerun,
+                          chain_rerun=not args.no_chain_rerun, **options)
     report(fit, args)
     if fit.incomplete:
         why = "out of time" if fit.metadata.get("out_of_time") else "interrupted"

@@ -79,7 +79,8 @@ import numpy as np
 
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
            "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
-           "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN", "EBFMI_MIN",
+           "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN",
+           "lp_gap_chains", "lp_gap_allowed", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
            "TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",
            "CONVERGENCE_KINDS"]
@@ -398,27 +399,44 @@ def _check_stuck(fit):
                     threshold=STUCK_RELATIVE_SD, convergence=True))
     lp = fit.sampler_stats.get("lp")
     stuck = {q.chains[0] for q in out}
-    if lp is not None and chains >= 2 and n >= 2:
-        lp = np.asarray(lp, dtype=float)
-        if np.isfinite(lp).all():
-            means, sds = lp.mean(axis=1), lp.std(axis=1)
-            gap = max(LP_GAP_SDS * float(np.median(sds)), LP_GAP_MIN)
-            for c in range(chains):
-                ref = float(np.median(np.delete(means, c)))
-                if c not in stuck and means[c] < ref - gap:
-                    out.append(Problem(
-                        "stuck_chain", f"Chain {c + 1}'s mean lp ({means[c]:.4g}) is "
-                        f"{ref - means[c]:.3g} below the other chains' median ({ref:.4g}), "
-                        f"more than the allowed {gap:.3g} (max({LP_GAP_SDS:g} within-chain "
-                        f"sds, {LP_GAP_MIN:g})): it is probably stuck in a region of low "
-                        "posterior density (a minor mode or a local optimum), and its draws "
-                        "are not the posterior's.  Run again with init= values in the "
-                        "other chains' region (one of their draws), or with priors that "
-                        "exclude the region where the chain started.",
-                        chains=(c,), value=float(means[c] - ref), threshold=-gap,
-                        convergence=True))
+    for c, mean, ref, gap in ([] if lp is None else lp_gap_chains(lp)):
+        if c not in stuck:
+            out.append(Problem(
+                "stuck_chain", f"Chain {c + 1}'s mean lp ({mean:.4g}) is "
+                f"{ref - mean:.3g} below the other chains' median ({ref:.4g}), "
+                f"more than the allowed {gap:.3g} (max({LP_GAP_SDS:g} within-chain "
+                f"sds, {LP_GAP_MIN:g})): it is probably stuck in a region of low "
+                "posterior density (a minor mode or a local optimum), and its draws "
+                "are not the posterior's.  Run again with init= values in the "
+                "other chains' region (one of their draws), or with priors that "
+                "exclude the region where the chain started.",
+                chains=(c,), value=float(mean - ref), threshold=-gap,
+                convergence=True))
     return out
 
+
+def lp_gap_allowed(lp) -> float:
+    """How far a chain's mean lp may lie below another's before it is flagged:
+    ``max(LP_GAP_SDS * s, LP_GAP_MIN)``, ``s`` the median within-chain sd of ``lp``
+    (chains × draws)."""
+    return max(LP_GAP_SDS * float(np.median(np.std(lp, axis=1))), LP_GAP_MIN)
+
+
+def lp_gap_chains(lp) -> list[tuple[int, float, float, float]]:
+    """The chains of ``lp`` (chains × draws) whose mean lies more than
+    :func:`lp_gap_allowed` below the median of the other chains' means:
+    ``(chain, its mean, the others' median, the allowed gap)`` each (none with fewer than
+    2 chains or 2 draws, or a non-finite lp)."""
+    lp = np.asarray(lp, dtype=float)
+    if lp.ndim != 2 or lp.shape[0] < 2 or lp.shape[1] < 2 or not np.isfinite(lp).all():
+        return []
+    means, gap = lp.mean(axis=1), lp_gap_allowed(lp)
+    out = []
+    for c in range(lp.shape[0]):
+        ref = float(np.median(np.delete(means, c)))
+        if means[c] < ref - gap:
+            out.append((c, float(means[c]), ref, gap))
+    return out
 
 def _check_ebfmi(fit):
     energy = fit.sampler_stats.get("energy")

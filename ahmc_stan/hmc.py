@@ -1,7 +1,8 @@
 """Hamiltonian Monte Carlo as a pure step ``(rng, state, params) -> (state, info)``.
 
 The kernel protocol every transition of the package follows (:class:`HMCKernel`,
-:class:`~ahmc_stan.ghmc.GHMCKernel`, :class:`~ahmc_stan.riemann.RMHMCKernel`):
+:class:`~ahmc_stan.ghmc.GHMCKernel`, :class:`~ahmc_stan.riemann.RMHMCKernel`,
+:class:`~ahmc_stan.mh.MHKernel`):
 ``init(position) -> state``; ``run(rng, state, params, n_iter) -> (state, info)`` with
 :class:`HMCParameters` passed per call and per-iteration arrays in ``info`` (an
 :class:`HMCInfo`, whose subclasses add their evaluation counts as ``extra_stats``);
@@ -30,7 +31,8 @@ import numpy as np
 from .metric import InvMetric, as_native
 from .native import NativeDensity
 
-__all__ = ["HMCState", "HMCParameters", "HMCInfo", "HMCKernel", "stack_infos"]
+__all__ = ["HMCState", "HMCParameters", "HMCInfo", "DensityKernel", "HMCKernel",
+           "stack_infos"]
 
 
 @dataclass(frozen=True)
@@ -79,26 +81,35 @@ def stack_infos(infos: list) -> HMCInfo:
     return type(first)(**{f.name: stack(f.name) for f in dataclasses.fields(first)})
 
 
-class HMCKernel:
-    """HMC on a model's density (``model.density``)."""
+class DensityKernel:
+    """The part of the protocol shared by kernels whose state is a position with its log
+    density and gradient (:class:`HMCKernel`, :class:`~ahmc_stan.mh.MHKernel`)."""
 
-    max_energy_error = 1000.0
+    state_type = HMCState
 
     def __init__(self, density: NativeDensity):
         self.density = density
 
-    def init(self, position: np.ndarray) -> HMCState:
+    def init(self, position: np.ndarray):
         position = np.array(position, dtype=float)
         grad = np.empty_like(position)
         lp = self.density.log_density_gradient(position, grad)
         if not np.isfinite(lp):
             raise ValueError("the initial point has a non-finite log density or gradient")
-        return HMCState(position, lp, grad)
+        return self.state_type(position, lp, grad)
 
-    def step(self, rng: np.random.Generator, state: HMCState, params: HMCParameters
-             ) -> tuple[HMCState, HMCInfo]:
-        """One HMC iteration."""
+    def step(self, rng: np.random.Generator, state, params):
+        """One iteration: :meth:`run` of 1."""
         return self.run(rng, state, params, 1)
+
+    def run(self, rng: np.random.Generator, state, params, n_iter: int):
+        raise NotImplementedError
+
+
+class HMCKernel(DensityKernel):
+    """HMC on a model's density (``model.density``)."""
+
+    max_energy_error = 1000.0
 
     def run(self, rng: np.random.Generator, state: HMCState, params: HMCParameters,
             n_iter: int) -> tuple[HMCState, HMCInfo]:

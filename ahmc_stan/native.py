@@ -251,7 +251,7 @@ class NativeDensity:
                  ) -> tuple[float, np.ndarray, dict, np.ndarray | None]:
         """``n_rows`` rows of ``steps_per_draw`` Metropolis–Hastings iterations in one C++
         call (``ahmc_mh_block``), the proposal and its adaptation described by ``block``
-        (a :class:`~ahmc_stan.samplers.metropolis.NativeBlock`, whose arrays are updated
+        (a :class:`~ahmc_stan.mh.MHParameters`, whose arrays are updated
         in place); the noise and uniforms drawn in C++ from ``seed``.  Updates ``x`` and
         ``grad`` in place; returns (log density of the final state, rows, the
         per-row statistics :data:`MH_STATS`, and with ``want_noise`` each iteration's

@@ -33,6 +33,7 @@ import numpy as np
 
 from .fit import Fit
 from .model import StanModel
+from .chain_rerun import rerun_stray_chains
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.stuck import StuckChainError
 
@@ -426,7 +427,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     parallel: bool | int | None = None, diagnose: bool = True,
                     max_seconds: float | None = None, thin: int = 1,
                     output_dir: str | os.PathLike | None = None,
-                    metric_rerun: bool = True, **options) -> Fit:
+                    metric_rerun: bool = True, chain_rerun: bool = True, **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then run ``draws``
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
@@ -471,6 +472,12 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     them; with ``output_dir`` the rerun's chains stream to its subfolder
     ``metric_rerun`` and ``fit.npz`` holds the returned fit.  ``False`` turns this off.
 
+    ``chain_rerun``: a chain whose draws lie in a region of far lower density than the
+    other chains' (a minor mode, or a slow crawl from a far-out start) and that holds, by
+    a Laplace estimate, a negligible share of the probability mass is run again with a new
+    seed (:mod:`ahmc_stan.chain_rerun`); ``fit.metadata["chain_rerun"]`` logs it and the
+    discarded chain's cost is charged to the kept chain's warmup.  ``False`` turns this off.
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
@@ -480,7 +487,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
     run = functools.partial(_run_chains, model, sampler, chains, warmup, draws, seed, inits,
-                            radius, progress, parallel, deadline, max_seconds, thin)
+                            radius, progress, parallel, deadline, max_seconds, thin,
+                            chain_rerun)
     fit = run(options, output_dir)
     if metric_rerun and not fit.incomplete and _rerun_applies(sampler, options):
         fit = _metric_rerun(fit, lambda: run(
@@ -500,6 +508,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 GRADIENT_METRICS = ("low_rank", "fisher")
 #: The metric of the rerun: Stan's diagonal, from the draws alone.
 RERUN_METRIC = "diag"
+#: Chain reruns draw their seeds from ``SeedSequence([seed, RERUN_SEED_KEY, attempt])``.
+RERUN_SEED_KEY = 100
 
 
 def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
@@ -545,6 +555,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[], Fit], progress: bool) -> Fit:
     chosen, other = (second, first) if adopted else (first, second)
     if other is not None:
         _charge(chosen, other)
+        if "chain_rerun" in other.metadata:  # its reruns' cost is in other's, now charged
+            record["other_run_chain_rerun"] = other.metadata["chain_rerun"]["note"]
         record["charged"] = {"n_grad": other.n_grad_warmup + other.n_grad_sampling,
                              "seconds": other.time_warmup + other.time_sampling}
     kept = ("its fit is returned" if adopted else
@@ -581,7 +593,7 @@ def _charge(fit: Fit, other: Fit) -> None:
 
 def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws: int,
                 seed: int, inits, radius, progress, parallel, deadline, max_seconds, thin,
-                options: Mapping[str, Any], output_dir) -> Fit:
+                chain_rerun: bool, options: Mapping[str, Any], output_dir) -> Fit:
     """The chains of one :func:`tune_and_sample` call, assembled into a Fit."""
     seeds = np.random.SeedSequence(seed).spawn(chains)
     workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
@@ -593,40 +605,17 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius,
              deadline, streams[c])
             for c in range(chains)]
-    results: list[ChainResult | None] = [None] * chains
-    interrupted = False
-    if workers == 1:
-        for c, job in enumerate(jobs):
-            try:
-                results[c] = _run_one(*job)
-            except KeyboardInterrupt:
-                interrupted = True
-            if interrupted or results[c] is None or results[c].interrupted:
-                interrupted = True  # Ctrl-C: the remaining chains do not start
-                break
-    else:
-        # fork: no `if __name__ == "__main__"` needed in user scripts; the model library
-        # is reloaded from the cache in each worker (StanModel pickles as its arguments).
-        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx,
-                                    initializer=_init_worker) as pool:
-            futures = [pool.submit(_run_one, *job) for job in jobs]
-            try:
-                cf.wait(futures)
-            except KeyboardInterrupt:  # workers got SIGINT too and return what they have
-                interrupted = True
-                for f in futures:
-                    f.cancel()
-                cf.wait([f for f in futures if not f.cancelled()])
-            for c, f in enumerate(futures):
-                if f.cancelled():
-                    continue
-                if f.exception() is not None:
-                    if interrupted and isinstance(f.exception(), (
-                            KeyboardInterrupt, cf.process.BrokenProcessPool)):
-                        continue
-                    raise f.exception()
-                results[c] = f.result()
+    results, interrupted = _execute(jobs, workers)
+    rerun_record = None
+    if chain_rerun and not interrupted and all(
+            r is not None and not r.interrupted and r.n_sampling == draws for r in results):
+        def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
+            fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
+            return _execute([(*jobs[c][:3], fresh[c], *jobs[c][4:11], None)
+                             for c in chain_ids], workers)
+
+        results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
+                                                   label=sampler)
     done = [r for r in results if r is not None]
     for c, r in enumerate(results):
         if r is not None:
@@ -640,10 +629,52 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
                     interrupted or len(done) < chains, thin)
+    if rerun_record is not None:
+        fit.metadata["chain_rerun"] = rerun_record
     if out_of_time:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
     return fit
+
+
+def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None], bool]:
+    """Run :func:`_run_one` on each job, in ``workers`` processes: the results in job
+    order (``None`` for a chain that did not run) and whether Ctrl-C stopped them."""
+    results: list[ChainResult | None] = [None] * len(jobs)
+    interrupted = False
+    if workers == 1 or len(jobs) == 1:
+        for c, job in enumerate(jobs):
+            try:
+                results[c] = _run_one(*job)
+            except KeyboardInterrupt:
+                interrupted = True
+            if interrupted or results[c] is None or results[c].interrupted:
+                interrupted = True  # Ctrl-C: the remaining chains do not start
+                break
+        return results, interrupted
+    # fork: no `if __name__ == "__main__"` needed in user scripts; the model library
+    # is reloaded from the cache in each worker (StanModel pickles as its arguments).
+    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx,
+                                initializer=_init_worker) as pool:
+        futures = [pool.submit(_run_one, *job) for job in jobs]
+        try:
+            cf.wait(futures)
+        except KeyboardInterrupt:  # workers got SIGINT too and return what they have
+            interrupted = True
+            for f in futures:
+                f.cancel()
+            cf.wait([f for f in futures if not f.cancelled()])
+        for c, f in enumerate(futures):
+            if f.cancelled():
+                continue
+            if f.exception() is not None:
+                if interrupted and isinstance(f.exception(), (
+                        KeyboardInterrupt, cf.process.BrokenProcessPool)):
+                    continue
+                raise f.exception()
+            results[c] = f.result()
+    return results, interrupted
 
 
 def _start_output(out: Path, model: StanModel, sampler: str, chains: int, seed: int,

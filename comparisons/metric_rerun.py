@@ -1,6 +1,9 @@
-"""AHMC's metric rerun (``tune_and_sample(metric_rerun=True)``, the default) on the
-robustness suite: a fit of the default ``low_rank`` metric that fails the tail-rejection
-check is run again with ``metric="diag"``, and that fit returned when it converged.
+"""AHMC's reruns on the robustness suite.  The metric rerun
+(``tune_and_sample(metric_rerun=True)``, the default): a fit of the default ``low_rank``
+metric that fails the tail-rejection check is run again with ``metric="diag"``, and that
+fit returned when it converged.  The chain rerun (``chain_rerun=True``, the default,
+:mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
+again with a new seed; the table counts chains rerun and reruns adopted.
 Against the old default (``ahmc:metric=low_rank``) and CmdStan's NUTS, per model: runs
 that pass the reference (all |z| ≤ 5), that converged (``Fit.diagnose()``), silent
 failures (not passing, no warning), reruns made and adopted, tail rejections not rerun
@@ -31,7 +34,7 @@ DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "metric_rerun.md"
 #: What the JSON file beside the table keeps of each run.
 KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_failure",
         "problems", "max_abs_z_mean", "max_abs_z_sd", "n_grad", "time_seconds",
-        "metric_rerun")
+        "metric_rerun", "chain_rerun")
 
 
 def _median(values, fmt: str) -> str:
@@ -43,8 +46,8 @@ def main(argv=None) -> int:
                            argv)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     table = ["| model | sampler | runs | pass | converged | silent failures | reruns "
-             "(adopted) | not rerun: E-BFMI | min ESS | min ESS per gradient | "
-             "min ESS per chain-second |", "|---|---|" + "---:|" * 9]
+             "(adopted) | not rerun: E-BFMI | chain reruns (adopted) | min ESS | "
+             "min ESS per gradient | min ESS per chain-second |", "|---|---|" + "---:|" * 10]
     totals: dict[str, list] = {}
     kept: list[dict] = []
     for name in args.names:
@@ -60,35 +63,42 @@ def main(argv=None) -> int:
                 print(f"{name} {spec} seed {seed}: {'; '.join(row['problems']) or 'none'}; "
                       f"pass {row['pass']}; min ESS {row['min_ess_bulk']:.0f}, "
                       f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
-                      + (f"; rerun: {rerun['note']}" if rerun else ""), flush=True)
+                      + (f"; rerun: {rerun['note']}" if rerun else "")
+                      + (f"; {row['chain_rerun']['note']}" if row.get("chain_rerun") else ""),
+                      flush=True)
             records = [r["metric_rerun"] for r in rows if r.get("metric_rerun")]
             reruns = [r for r in records if r["ran"]]
             counts = (len(rows), sum(r["pass"] for r in rows),
                       sum(r["not_converged"] is False for r in rows),
                       sum(r["silent_failure"] for r in rows), len(reruns),
-                      sum(r["adopted"] for r in reruns), len(records) - len(reruns))
+                      sum(r["adopted"] for r in reruns), len(records) - len(reruns),
+                      sum(len(r["chain_rerun"]["runs"]) for r in rows if r.get("chain_rerun")),
+                      sum(e["adopted"] for r in rows if r.get("chain_rerun")
+                          for e in r["chain_rerun"]["runs"]))
             ess = [r["min_ess_bulk"] for r in rows]
             table.append(
                 f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "
-                f"{counts[4]} ({counts[5]}) | {counts[6]} | {_median(ess, '.0f')} | "
+                f"{counts[4]} ({counts[5]}) | {counts[6]} | {counts[7]} ({counts[8]}) | "
+                f"{_median(ess, '.0f')} | "
                 f"{_median([e / r['n_grad'] for e, r in zip(ess, rows)], '.3g')} | "
                 f"{_median([e / r['time_seconds'] for e, r in zip(ess, rows)], '.4g')} |")
-            t = totals.setdefault(spec, [0] * 8 + [0.0])
+            t = totals.setdefault(spec, [0] * 10 + [0.0])
             for i, v in enumerate(counts):
                 t[i] += v
-            t[7] += sum(r["n_grad"] for r in rows)
-            t[8] += sum(r["time_seconds"] for r in rows)
+            t[9] += sum(r["n_grad"] for r in rows)
+            t[10] += sum(r["time_seconds"] for r in rows)
             kept.extend({"spec": spec, "min_ess": e, **{k: r.get(k) for k in KEPT}}
                         for e, r in zip(ess, rows))
-    lines = ["# AHMC's metric rerun on the robustness suite", "",
+    lines = ["# AHMC's metric and chain reruns on the robustness suite", "",
              f"`python {' '.join(['comparisons/metric_rerun.py', *(argv or sys.argv[1:])])}`"
              f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
              f"{args.draws})). "
              "Gradients and chain-seconds include warmup and, for a rerun, the run not "
              "returned.", "", *table, "",
              "| sampler | runs | pass | converged | silent failures | reruns | adopted | "
-             "not rerun: E-BFMI | gradients | chain-seconds |", "|---|" + "---:|" * 9]
-    lines += [f"| {spec} | {' | '.join(map(str, t[:8]))} | {t[8]:.0f} |"
+             "not rerun: E-BFMI | chain reruns | adopted | gradients | chain-seconds |",
+             "|---|" + "---:|" * 11]
+    lines += [f"| {spec} | {' | '.join(map(str, t[:10]))} | {t[10]:.0f} |"
               for spec, t in totals.items()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

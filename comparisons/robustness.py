@@ -355,6 +355,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["n_grad"] = int(fit.n_grad_warmup + fit.n_grad_sampling)
         row["incomplete"] = bool(fit.incomplete)
         row["metric_rerun"] = fit.metadata.get("metric_rerun")
+        row["chain_rerun"] = fit.metadata.get("chain_rerun")
         row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)
         row["min_ess_bulk"] = float(fit.efficiency()["min_ess_bulk"])
         row["columns"] = cols

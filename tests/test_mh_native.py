@@ -197,3 +197,40 @@ def test_ghmc_block_is_the_python_iteration(logistic_model, banana_model, case, 
         assert 0 < np.mean(accepted) < 1
         if model is banana_model:
             assert failed > 0
+
+
+def test_mh_kernel_follows_the_kernel_protocol(logistic_model):
+    """``MHKernel``: ``init`` then ``run(rng, state, params, n)`` as HMCKernel; a fixed
+    proposal is not changed by the call, an adapting one is adapted in place; the state
+    is new (the caller's is not modified); same seed, same draws; ``step`` is one row."""
+    from ahmc_stan.mh import MHInfo, MHKernel, MHState
+
+    model = logistic_model
+    kernel = MHKernel(model.density)
+    state = kernel.init(np.full(model.dims, 0.1))
+    assert isinstance(state, MHState) and np.isfinite(state.logdensity)
+    start = state.position.copy()
+    fixed = proposals(model.dims)["gadmala"].native_block(False)
+    L = fixed.chol.copy()
+    a, info = kernel.run(np.random.default_rng(5), state, fixed, 50)
+    b, again = kernel.run(np.random.default_rng(5), state, fixed, 50)
+    assert isinstance(info, MHInfo) and info.positions.shape == (50, model.dims)
+    np.testing.assert_array_equal(a.position, b.position)
+    np.testing.assert_array_equal(info.positions, again.positions)
+    np.testing.assert_array_equal(state.position, start)
+    np.testing.assert_array_equal(fixed.chol, L)
+    np.testing.assert_array_equal(info.positions[-1], a.position)
+    assert a.logdensity == info.logdensity[-1] == model.log_density(a.position)
+    np.testing.assert_allclose(a.logdensity_grad,
+                               model.log_density_gradient(a.position)[1], rtol=1e-12)
+    assert np.all(info.num_grad == 1) and set(np.unique(info.is_accepted)) <= {0.0, 1.0}
+    assert np.all((info.acceptance_rate >= 0) & (info.acceptance_rate <= 1))
+    moved = np.any(np.diff(info.positions, axis=0) != 0, axis=1)
+    np.testing.assert_array_equal(moved, info.is_accepted[1:] == 1)
+    assert set(info.stats()) >= {"accept_stat", "accepted", "n_grad", "lp"}
+    adapting = proposals(model.dims)["rwm"].native_block(True)
+    sigma = adapting.state[5]
+    kernel.run(np.random.default_rng(5), state, adapting, 50)
+    assert adapting.state[5] != sigma
+    one, row = kernel.step(np.random.default_rng(6), state, fixed)
+    assert row.positions.shape == (1, model.dims)

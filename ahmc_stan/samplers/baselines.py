@@ -32,12 +32,13 @@ import numpy as np
 from scipy import linalg
 
 from ..hmc import HMCKernel, HMCParameters
+from ..mh import MHParameters
 from ..tuning.hmc_warmup import adapt_steps, check_stuck
 from ..tuning.step_size import DualAveraging, initial_step_size
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from .ahmc import HMC_STATS, _record
 from .chain import ChainRecorder, ChainResult
-from .metropolis import (MHStep, NativeBlock, Proposal, Target, acceptance_probability,
+from .metropolis import (MHStep, Proposal, Target, acceptance_probability,
                          langevin_log_q_ratio, propose, run_mh_chain)
 
 __all__ = ["ScaleAdaptedProposal", "AdaptiveMetropolis", "cholesky_rank_one_update",
@@ -60,14 +61,14 @@ class ScaleAdaptedProposal(Proposal):
     def end_warmup(self) -> None:
         self.L = self._averager.final
 
-    def native_block(self, adapting: bool) -> NativeBlock:
+    def native_block(self, adapting: bool) -> MHParameters:
         if not adapting:
             return self.fixed_block()
-        return NativeBlock(1, self._averager.params_array(),
+        return MHParameters(1, self._averager.params_array(),
                            np.append(self._averager.state_array(), self.L),
                            langevin=self.langevin)
 
-    def load_native(self, block: NativeBlock) -> None:
+    def load_native(self, block: MHParameters) -> None:
         if block.adapt:
             self._averager.load_state_array(block.state[:5])
             self.L = self._averager.step_size = float(block.state[5])
@@ -175,7 +176,7 @@ class AdaptiveMetropolis(Proposal):
         if self._averager is not None and self._averager.counter:
             self.scale = self._averager.final
 
-    def native_block(self, adapting: bool) -> NativeBlock:
+    def native_block(self, adapting: bool) -> MHParameters:
         averager = self._averager or DualAveraging(1.0)
         params = np.array([self.learning_rate, self.decay, self.mean_rate, self.delta,
                            self.s_d, float(self._averager is not None),
@@ -183,10 +184,10 @@ class AdaptiveMetropolis(Proposal):
         state = np.array([self.t, self.scale, *averager.state_array()])
         self.L = np.ascontiguousarray(self.L, dtype=float)
         mean = np.zeros(self.dims) if self.mean is None else self.mean
-        return NativeBlock(3 if adapting else 0, params, state, chol=self.L, mean=mean,
+        return MHParameters(3 if adapting else 0, params, state, chol=self.L, mean=mean,
                            am=True)
 
-    def load_native(self, block: NativeBlock) -> None:
+    def load_native(self, block: MHParameters) -> None:
         if not block.adapt:
             return
         self.t, self.scale = int(block.state[0]), float(block.state[1])

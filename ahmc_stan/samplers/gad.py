@@ -60,8 +60,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..mh import MHParameters
 from .chain import ChainResult
-from .metropolis import MHStep, NativeBlock, Proposal, Target, propose, run_mh_chain
+from .metropolis import MHStep, Proposal, Target, propose, run_mh_chain
 
 __all__ = ["objective", "objective_gradient", "GadProposal", "run_gadrwm", "run_gadmala",
            "run_gadmala_exact", "proposal_cholesky", "plot_proposal"]
@@ -179,18 +180,18 @@ class GadProposal(Proposal):
         self.L += work
         self.L[d, d] = np.maximum(self.L[d, d], floor)
 
-    def native_block(self, adapting: bool) -> NativeBlock:
+    def native_block(self, adapting: bool) -> MHParameters:
         """L and G are passed as they are (the C++ block updates them in place)."""
         self.L = np.ascontiguousarray(self.L, dtype=float)
         if not adapting:
-            return NativeBlock(0, np.zeros(1), np.zeros(1), chol=self.L,
+            return MHParameters(0, np.zeros(1), np.zeros(1), chol=self.L,
                                langevin=self.langevin)
-        return NativeBlock(2, np.array([self.adapt_delta, self.learning_rate, self.rho_beta,
+        return MHParameters(2, np.array([self.adapt_delta, self.learning_rate, self.rho_beta,
                                         self.min_diag_ratio, self.min_beta]),
                            np.array([self.beta]), chol=self.L, sq_grad=self._sq_grad,
                            langevin=self.langevin, exact=self.exact)
 
-    def load_native(self, block: NativeBlock) -> None:
+    def load_native(self, block: MHParameters) -> None:
         if block.adapt:
             self.beta = float(block.state[0])
 

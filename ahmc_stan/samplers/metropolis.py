@@ -12,8 +12,8 @@ Proposals (Titsias & Dellaportas 2019, sections 2.2–2.3), ε ~ N(0, I):
 matrix every operation is O(n²): matrix–vector products and, in
 :func:`langevin_log_density`, a triangular solve — never a factorisation.
 
-:func:`run_mh_chain` is the one chain loop (blocks in C++, ``ahmc_mh_block``, or
-:func:`mh_iteration` in Python): each iteration draws ε (then a uniform for the
+:func:`run_mh_chain` is the one chain loop (blocks of :class:`~ahmc_stan.mh.MHKernel`, in
+C++, or :func:`mh_iteration` in Python): each iteration draws ε (then a uniform for the
 accept step), proposes, evaluates the target at y, accepts if ``log u < log ratio`` (a
 non-finite target rejects), and during warmup hands the iteration (:class:`MHStep`) to the
 proposal's ``adapt``.  What differs between samplers lives in a :class:`Proposal` subclass.
@@ -28,10 +28,11 @@ from typing import Callable
 import numpy as np
 from scipy import linalg
 
+from ..mh import MHKernel, MHParameters, MHState
 from ..model import DensityError
 from .chain import ChainRecorder, ChainResult
 
-__all__ = ["Target", "MHStep", "NativeBlock", "Proposal", "mh_iteration", "propose",
+__all__ = ["Target", "MHStep", "Proposal", "mh_iteration", "propose",
            "langevin_log_q_ratio", "langevin_log_density", "accept", "acceptance_probability",
            "run_mh_chain"]
 
@@ -132,26 +133,6 @@ def acceptance_probability(log_ratio: float) -> float:
 # ---- what a sampler plugs into the chain loop --------------------------------------------
 
 @dataclass
-class NativeBlock:
-    """A proposal and its adaptation as the C++ block (``ahmc_mh_block``) takes them:
-    ``adapt`` 0 (fixed), 1 (dual averaging of log σ), 2 (gad) or 3 (AM); ``am`` selects
-    AM's proposal; ``params`` and ``state`` are the adaptation's constants and state
-    (layouts in ``csrc/ahmc_bridge.cpp``, ``mh_chain``); ``chol`` the lower-triangular L
-    (None for a scalar σ, then ``state[5]`` = σ), ``sq_grad`` RMSProp's G, ``mean``
-    AM's running mean.  The arrays are C-contiguous float64 and updated in place."""
-
-    adapt: int
-    params: np.ndarray
-    state: np.ndarray
-    chol: np.ndarray | None = None
-    sq_grad: np.ndarray | None = None
-    mean: np.ndarray | None = None
-    langevin: bool = False
-    exact: bool = False
-    am: bool = False
-
-
-@dataclass
 class MHStep:
     """One iteration, as the proposal's ``adapt`` sees it (``grad_*`` None when not
     evaluated; ``log_ratio`` is ``-inf`` where the target is not finite at y)."""
@@ -207,7 +188,7 @@ class Proposal:
     def end_warmup(self) -> None:
         """Called once when sampling starts; the proposal is fixed from then on."""
 
-    def native_block(self, adapting: bool) -> NativeBlock | None:
+    def native_block(self, adapting: bool) -> MHParameters | None:
         """This proposal for the C++ block (None: Python only); the base class is the
         fixed proposal (a subclass that adapts without saying how in C++ gets None).
         After the call :meth:`load_native` reads the state back."""
@@ -215,16 +196,16 @@ class Proposal:
             return None
         return self.fixed_block()
 
-    def fixed_block(self) -> NativeBlock:
+    def fixed_block(self) -> MHParameters:
         """The current proposal, not adapted, for the C++ block."""
         if np.ndim(self.L) == 0:
-            return NativeBlock(0, np.zeros(1), np.array([0, 0, 0, 0, 0, float(self.L)]),
+            return MHParameters(0, np.zeros(1), np.array([0, 0, 0, 0, 0, float(self.L)]),
                                langevin=self.langevin)
-        return NativeBlock(0, np.zeros(1), np.zeros(1),
+        return MHParameters(0, np.zeros(1), np.zeros(1),
                            chol=np.ascontiguousarray(self.L, dtype=float),
                            langevin=self.langevin)
 
-    def load_native(self, block: NativeBlock) -> None:
+    def load_native(self, block: MHParameters) -> None:
         """Take the adapted state back from a C++ block (nothing for a fixed proposal)."""
 
     @property
@@ -313,6 +294,8 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
                 else (target.density(x), None))
     if not math.isfinite(lp):
         raise ValueError("the initial point has a non-finite log density or gradient")
+    if native:
+        kernel, state = MHKernel(density), MHState(x, lp, grad)
     names = ("accept_stat", "accepted", "n_grad", "n_density", "lp", "step_size",
              *proposal.stat_names, *proposal.count_names)
     with rec.running(warmup):
@@ -327,10 +310,9 @@ def run_mh_chain(target: Target, rng: np.random.Generator, x0: np.ndarray, warmu
                 n_rows = min(block_size, (warmup if adapting else warmup + draws) - rec.n)
                 if native:
                     block = proposal.native_block(adapting)
-                    lp, rows, st, _ = density.mh_block(n_rows, steps_per_draw, block,
-                                                       int(rng.integers(0, 2**63)), x, grad,
-                                                       lp)
+                    state, info = kernel.run(rng, state, block, n_rows, steps_per_draw)
                     proposal.load_native(block)
+                    rows, st = info.positions, info.stats()
                     out = {k: st[k] for k in names}
                     if not block.adapt:  # the proposal's own statistics are fixed
                         out.update({k: np.full(n_rows, v)

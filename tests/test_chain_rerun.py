@@ -1,0 +1,182 @@
+"""A chain that strays into a region of negligible mass is run again
+(ahmc_stan.chain_rerun): the Laplace mass estimate on Gaussian draws, the rule on
+synthetic chains (a minor mode is rerun, a wide mode of equal mass is not), the rerun
+loop's bookkeeping, and a real Stan mixture through ``tune_and_sample``."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ahmc_stan.chain_rerun import (RERUN_ATTEMPTS, STRAY_MASS_MAX, log_mass,
+                                   rerun_stray_chains, stray_chains)
+from ahmc_stan.samplers.chain import ChainResult
+
+WARMUP, DRAWS, D = 50, 2000, 3
+
+
+def component_chain(seed, weight, mean, sd, grads=7, warmup=WARMUP, draws=DRAWS):
+    """A chain of iid draws from one component ``weight · N(mean, sd² I)`` of a mixture
+    whose components are far apart, with lp the mixture's log density there."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(mean, sd, size=(warmup + draws, D))
+    lp = math.log(weight) + stats.norm.logpdf(x, mean, sd).sum(axis=1)
+    return ChainResult(positions=x, stats={"lp": lp, "n_grad": np.full(warmup + draws, grads)},
+                       n_warmup=warmup, n_sampling=draws, time_warmup=1.0, time_sampling=2.0)
+
+
+def test_log_mass_of_gaussian_components_recovers_their_weights():
+    """mean lp + ½ log det Σ is −(d/2)(1 + log 2π) + log w for a component of weight w, so
+    differences of log_mass are log weight ratios.  Tolerance: the MCSE of mean lp
+    (sd √(d/2) over √2000: 0.027) plus the sampling error of ½ log det of a 3 × 3
+    covariance from 2000 draws (sd ≈ √(d/(2n)) = 0.027), four sds of their sum."""
+    main = component_chain(1, 0.9999, 0.0, 1.0)
+    minor = component_chain(2, 1e-4, 10.0, 2.0)
+    a = log_mass(main.positions[WARMUP:], main.stats["lp"][WARMUP:])
+    b = log_mass(minor.positions[WARMUP:], minor.stats["lp"][WARMUP:])
+    assert a == pytest.approx(math.log(0.9999) - D / 2 * (1 + math.log(2 * math.pi)), abs=0.15)
+    assert b - a == pytest.approx(math.log(1e-4 / 0.9999), abs=0.15)
+    # too few draws for the covariance: its diagonal; a coordinate that never moves: -inf
+    assert np.isfinite(log_mass(main.positions[:5], main.stats["lp"][:5]))
+    frozen = main.positions[:100].copy()
+    frozen[:, 1] = 0.3
+    assert log_mass(frozen, main.stats["lp"][:100]) == -math.inf
+
+
+def test_a_chain_in_a_minor_mode_strays_and_a_wide_mode_of_equal_mass_does_not():
+    main = [component_chain(s, 0.9999, 0.0, 1.0) for s in (1, 2, 3)]
+    minor = component_chain(4, 1e-4, 10.0, 1.0)
+    (stray,) = stray_chains(main + [minor], WARMUP)
+    assert stray["chain"] == 3
+    assert stray["log_mass_ratio"] == pytest.approx(math.log(1e-4 / 0.9999), abs=0.15)
+    assert stray["lp_gap"] == pytest.approx(math.log(0.9999 / 1e-4), abs=0.2)
+    assert stray_chains(main + [component_chain(4, 0.9999, 10.0, 1.0)], WARMUP) == []
+    # half the mass in a mode 10× wider: its lp is d·log 10 = 6.9 nats lower, which the
+    # lp gap flags (the diagnosis reports it), but its volume makes up for it: no rerun
+    half = [component_chain(s, 0.5, 0.0, 1.0) for s in (1, 2, 3)]
+    wide = component_chain(4, 0.5, 30.0, 10.0)
+    from ahmc_stan.convergence import lp_gap_chains
+
+    lp = np.array([r.stats["lp"][WARMUP:] for r in half + [wide]])
+    assert [c for c, *_ in lp_gap_chains(lp)] == [3]
+    assert stray_chains(half + [wide], WARMUP) == []
+    assert math.log(STRAY_MASS_MAX) < -6  # a stray holds less than ~0.25 % of the mass
+
+
+def _rerun_from(replacements):
+    """A ``rerun(chains, attempt)`` that returns the next chain of ``replacements``."""
+    calls = []
+
+    def rerun(ids, attempt):
+        calls.append((list(ids), attempt))
+        return [replacements.pop(0) for _ in ids], False
+    return rerun, calls
+
+
+def test_a_stray_is_replaced_by_its_rerun_and_the_cost_is_charged():
+    main = [component_chain(s, 0.9999, 0.0, 1.0) for s in (1, 2, 3)]
+    minor = component_chain(4, 1e-4, 10.0, 1.0, grads=11)
+    good = component_chain(5, 0.9999, 0.0, 1.0, grads=5)
+    rerun, calls = _rerun_from([good])
+    results, record = rerun_stray_chains(main + [minor], WARMUP, rerun)
+    assert calls == [([3], 1)]
+    assert results[:3] == main and results[3] is good
+    (entry,) = record["runs"]
+    assert entry["chain"] == 4 and entry["attempt"] == 1 and entry["adopted"]
+    assert entry["charged"] == {"n_grad": 11 * (WARMUP + DRAWS), "seconds": 3.0}
+    # the stray's gradients on the kept chain's first iteration, its seconds in warmup
+    assert good.stats["n_grad"][0] == 5 + 11 * (WARMUP + DRAWS)
+    assert good.stats["n_grad"][1:].sum() == 5 * (WARMUP + DRAWS - 1)
+    assert good.time_warmup == 1.0 + 3.0 and good.time_sampling == 2.0
+    assert "chain 4 replaced" in record["note"]
+
+    clean, none = rerun_stray_chains(main + [good], WARMUP, lambda *a: pytest.fail("rerun"))
+    assert none is None and clean == main + [good]
+
+
+def test_a_chain_whose_reruns_stray_too_is_kept_and_charged():
+    main = [component_chain(s, 0.9999, 0.0, 1.0) for s in (1, 2, 3)]
+    minor = component_chain(4, 1e-4, 10.0, 1.0)
+    again = [component_chain(10 + a, 1e-4, 10.0, 1.0, grads=2) for a in range(RERUN_ATTEMPTS)]
+    rerun, calls = _rerun_from(list(again))
+    results, record = rerun_stray_chains(main + [minor], WARMUP, rerun)
+    assert calls == [([3], a + 1) for a in range(RERUN_ATTEMPTS)]
+    assert results[3] is minor and not any(e["adopted"] for e in record["runs"])
+    assert minor.stats["n_grad"][0] == 7 + RERUN_ATTEMPTS * 2 * (WARMUP + DRAWS)
+    assert minor.time_warmup == 1.0 + RERUN_ATTEMPTS * 3.0
+    assert "chain 4 kept: the reruns strayed as well" in record["note"]
+
+
+def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode():
+    """``stan_models/minor_mode.stan``: 1e-4 of the mass in a second mode behind a
+    barrier of ~12 nats.  At seed 4 AHMC's chain 2 starts in the minor mode's basin and
+    stays there (R-hat 1.53); by default it is run again with a new seed, which starts in
+    the main mode, and the fit converges, the discarded chain's cost counted."""
+    from ahmc_stan import StanModel, tune_and_sample
+
+    from .conftest import stan_model_path
+
+    model = StanModel(stan_model_path("minor_mode"))
+    run = dict(chains=4, warmup=1000, draws=1000, seed=4, progress=False, diagnose=False)
+    off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
+    assert [p.chains for p in off.diagnose().get("stuck_chain")] == [(1,)]
+    assert "chain_rerun" not in off.metadata
+    x = off.draws[:, :, 0]
+    assert x[1].mean() > 1 and np.all(x[[0, 2, 3]].mean(axis=1) < -1)
+
+    fit = tune_and_sample(model, "ahmc", **run)
+    assert fit.diagnose().converged, str(fit.diagnose())
+    (entry,) = fit.metadata["chain_rerun"]["runs"]
+    assert entry["chain"] == 2 and entry["adopted"] and entry["attempt"] == 1
+    assert entry["log_mass_ratio"] < math.log(STRAY_MASS_MAX)
+    np.testing.assert_array_equal(fit.draws[[0, 2, 3]], off.draws[[0, 2, 3]])
+    assert fit.draws[1, :, 0].mean() < -1
+    # the posterior mean, -1.5 + 3e-4 (the minor mode's share), within 4 MCSE
+    row = fit.summary().loc["x"]
+    assert abs(row["mean"] - (-1.5 + 3 * 1e-4)) < 4 * row["mcse_mean"]
+    # the discarded chain's gradients sit on the new chain 2's first warmup iteration
+    discarded = int(off.warmup_sampler_stats["n_grad"][1].sum()
+                    + off.sampler_stats["n_grad"][1].sum())
+    assert entry["charged"]["n_grad"] == discarded
+    assert fit.warmup_sampler_stats["n_grad"][1, 0] > discarded
+    np.testing.assert_array_equal(fit.warmup_sampler_stats["n_grad"][[0, 2, 3]],
+                                  off.warmup_sampler_stats["n_grad"][[0, 2, 3]])
+    # reproducible, and the same whether chains run in parallel or one after another
+    again = tune_and_sample(model, "ahmc", parallel=False, **run)
+    np.testing.assert_array_equal(again.draws, fit.draws)
+    assert _without_seconds(again) == _without_seconds(fit)
+
+    # seed 1: three chains in the minor mode, one in the main mode; the three are rerun
+    # (in parallel worker processes), as chains run one after another would be
+    run["seed"] = 1
+    off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
+    assert np.sum(off.draws[:, :, 0].mean(axis=1) > 1) == 3
+    assert not off.diagnose().get("stuck_chain")  # R-hat flags it; no chain is "low"
+    fit = tune_and_sample(model, "ahmc", **run)
+    assert fit.diagnose().converged and np.all(fit.draws[:, :, 0].mean(axis=1) < -1)
+    assert sorted(e["chain"] for e in fit.metadata["chain_rerun"]["runs"]
+                  if e["adopted"]) == [c + 1 for c in range(4)
+                                       if off.draws[c, :, 0].mean() > 1]
+    again = tune_and_sample(model, "ahmc", parallel=False, **run)
+    np.testing.assert_array_equal(again.draws, fit.draws)
+
+
+def _without_seconds(fit):
+    return [{**e, "charged": {**e["charged"], "seconds": None}}
+            for e in fit.metadata["chain_rerun"]["runs"]]
+
+
+def test_cli_prints_the_chain_rerun_and_can_turn_it_off(capsys):
+    from ahmc_stan.cli import main
+
+    from .conftest import stan_model_path
+
+    args = ["sample", str(stan_model_path("minor_mode")), "--seed", "4", "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "(1 chain rerun: chain 2 replaced by a rerun with a new seed" in out.out
+    assert "R-hat" not in out.err
+    assert main([*args, "--no-chain-rerun"]) == 0
+    out = capsys.readouterr()
+    assert "chain rerun" not in out.out and "R-hat" in out.err
