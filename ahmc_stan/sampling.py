@@ -465,12 +465,14 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
     chains then under-explore, all alike) and not the E-BFMI check is run again, same
-    seed, with Stan's diagonal metric (``metric="diag"``), and that fit is returned when
-    it has converged (else the first).  ``fit.metadata["metric_rerun"]`` logs it; the
-    gradients and seconds of the run not returned are charged to the returned one's
-    warmup (each chain's first iteration), so ESS per gradient and per second count
-    them; with ``output_dir`` the rerun's chains stream to its subfolder
-    ``metric_rerun`` and ``fit.npz`` holds the returned fit.  ``False`` turns this off.
+    seed, with Stan's diagonal metric (``metric="diag"``); if that fit fails the check
+    too, once more with ``adapt_delta=0.95`` as well (unless the call set it)
+    (:data:`RERUN_STEPS`).  The first of these fits that has converged is returned (else
+    the first fit).  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds
+    of the runs not returned are charged to the returned one's warmup (each chain's first
+    iteration), so ESS per gradient and per second count them; with ``output_dir`` the
+    reruns' chains stream to its subfolders ``metric_rerun`` and ``metric_rerun_2`` and
+    ``fit.npz`` holds the returned fit.  ``False`` turns this off.
 
     ``chain_rerun``: a chain whose draws lie in a region of far lower density than the
     other chains' (a minor mode, or a slow crawl from a far-out start) and that holds, by
@@ -490,10 +492,12 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
     fit = run(options, output_dir)
-    if metric_rerun and not fit.incomplete and _rerun_applies(sampler, options):
-        fit = _metric_rerun(fit, lambda: run(
-            {**options, "metric": RERUN_METRIC},
-            None if output_dir is None else Path(output_dir) / "metric_rerun"), progress)
+    steps = _rerun_steps(sampler, options) if metric_rerun and not fit.incomplete else []
+    if steps:
+        fit = _metric_rerun(fit, lambda step, i: run(
+            {**options, **step}, None if output_dir is None else
+            Path(output_dir) / ("metric_rerun" if i == 0 else f"metric_rerun_{i + 1}")),
+            progress, steps)
     if output_dir is not None:
         fit.save(Path(output_dir) / "fit.npz")
         fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
@@ -506,8 +510,12 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 
 #: Gradient-based metrics (:mod:`ahmc_stan.tuning.hmc_warmup`) whose fits get the rerun.
 GRADIENT_METRICS = ("low_rank", "fisher")
-#: The metric of the rerun: Stan's diagonal, from the draws alone.
-RERUN_METRIC = "diag"
+#: The reruns, in order, each made when the run before fails the tail-rejection check
+#: and not the E-BFMI check: Stan's diagonal metric, from the draws alone; then the same
+#: with smaller steps (dual averaging aiming at an acceptance statistic of 0.95, Stan's
+#: advice when the step size is too large for a region of the posterior).  A step is
+#: left out when the call set one of its options.
+RERUN_STEPS = ({"metric": "diag"}, {"metric": "diag", "adapt_delta": 0.95})
 #: Chain reruns draw their seeds from ``SeedSequence([seed, RERUN_SEED_KEY, attempt])``.
 RERUN_SEED_KEY = 100
 
@@ -520,53 +528,93 @@ def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
     return param is not None and param.default in GRADIENT_METRICS
 
 
-def _metric_rerun(first: Fit, rerun: Callable[[], Fit], progress: bool) -> Fit:
-    """``first``, or ``rerun()``'s fit when ``first`` fails the tail-rejection check and
-    the rerun converged; the other run's cost charged to the returned fit's warmup.  No
-    rerun when ``first``'s E-BFMI is low as well: the momenta cannot explore the energy
-    (Betancourt 2016), a funnel-like geometry that a reparameterisation cures and no
-    constant metric does (``comparisons/metric_rerun.py`` measures both rules)."""
+def _rerun_steps(sampler: str, options: Mapping[str, Any]) -> list[dict]:
+    """The steps of :data:`RERUN_STEPS` that apply to this call: none unless
+    :func:`_rerun_applies`; then those none of whose options the call set and all of
+    which the sampler takes."""
+    if not _rerun_applies(sampler, options):
+        return []
+    params = inspect.signature(SAMPLERS[sampler]()).parameters
+    return [dict(step) for step in RERUN_STEPS
+            if all(k in params and k not in options for k in step)]
+
+
+def _options_text(step: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in step.items())
+
+
+def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
+                  steps=RERUN_STEPS[:1]) -> Fit:
+    """``first``, or the fit of the first of ``steps`` that converged, each step run
+    (``rerun(step options, index)``) only when the run before fails the tail-rejection
+    check; the other runs' cost charged to the returned fit's warmup.  No rerun when the
+    E-BFMI is low as well: the momenta cannot explore the energy (Betancourt 2016), a
+    funnel-like geometry that a reparameterisation cures and no constant metric does
+    (``comparisons/metric_rerun.py`` measures both rules)."""
     from .convergence import diagnose
 
     found = diagnose(first, checks=("tail_rejection", "ebfmi"))
     if not found.get("tail_rejection"):
         return first
-    record = {"metric": RERUN_METRIC, "reason": found.summary()}
+    record = {"metric": steps[0]["metric"], "reason": found.summary(), "runs": []}
     if found.get("ebfmi"):
         record.update(ran=False, adopted=False, note=(
             f"{record['reason']} with the default metric: not run again with "
-            f"metric={RERUN_METRIC!r}, since a low E-BFMI points to the geometry "
+            f"{_options_text(steps[0])}, since a low E-BFMI points to the geometry "
             "(reparameterise) rather than the metric"))
         first.metadata["metric_rerun"] = record
         return first
     record["ran"] = True
-    if progress:
-        print(f"{first.sampler}: {record['reason']} with the default metric; running "
-              f"again with metric={RERUN_METRIC!r}", file=sys.stderr, flush=True)
-    try:
-        second = rerun()
-    except (KeyboardInterrupt, TimeoutError) as stop:  # no draw made: keep the first run
-        second, record["stopped"] = None, type(stop).__name__
-    problems = None if second is None else diagnose(second)
-    adopted = second is not None and not second.incomplete and problems.converged
-    record["adopted"] = adopted
-    if problems is not None:
-        record["rerun_problems"] = problems.summary()
-    chosen, other = (second, first) if adopted else (first, second)
-    if other is not None:
+    fits, chosen = [first], None
+    for i, step in enumerate(steps):
+        if i > 0:
+            before = diagnose(fits[-1], checks=("tail_rejection", "ebfmi"))
+            if not before.get("tail_rejection") or before.get("ebfmi"):
+                break
+        if progress:
+            print(f"{first.sampler}: {diagnose(fits[-1], checks=('tail_rejection',)).summary()}"
+                  f"; running again with {_options_text(step)}", file=sys.stderr, flush=True)
+        try:
+            fit = rerun(step, i)
+        except (KeyboardInterrupt, TimeoutError) as stop:  # no draw made: keep the others
+            record["stopped"] = type(stop).__name__
+            break
+        problems = diagnose(fit)
+        converged = not fit.incomplete and problems.converged
+        record["runs"].append({"options": step, "problems": problems.summary(),
+                               "adopted": converged})
+        fits.append(fit)
+        if converged:
+            chosen = fit
+            break
+    record["adopted"] = chosen is not None
+    chosen = first if chosen is None else chosen
+    if record["runs"]:
+        record["rerun_problems"] = record["runs"][-1]["problems"]
+    others = [f for f in fits if f is not chosen]
+    notes = []
+    for other in others:
         _charge(chosen, other)
         if "chain_rerun" in other.metadata:  # its reruns' cost is in other's, now charged
-            record["other_run_chain_rerun"] = other.metadata["chain_rerun"]["note"]
-        record["charged"] = {"n_grad": other.n_grad_warmup + other.n_grad_sampling,
-                             "seconds": other.time_warmup + other.time_sampling}
-    kept = ("its fit is returned" if adopted else
-            f"it did not converge either ({record.get('rerun_problems') or 'stopped'}): "
-            "the first fit is returned")
-    cost = (f"; the other run's {record['charged']['n_grad']} gradients and "
+            notes.append(other.metadata["chain_rerun"]["note"])
+    if notes:
+        record["other_run_chain_rerun"] = "; ".join(notes)
+    if others:
+        record["charged"] = {
+            "n_grad": sum(o.n_grad_warmup + o.n_grad_sampling for o in others),
+            "seconds": sum(o.time_warmup + o.time_sampling for o in others)}
+    ran = "; then with ".join(_options_text(r["options"]) for r in record["runs"])
+    if record["adopted"]:
+        kept = "its fit is returned" if len(record["runs"]) == 1 else "the last fit is returned"
+    else:
+        kept = (f"it did not converge either ({record.get('rerun_problems') or 'stopped'}): "
+                "the first fit is returned")
+    runs = "run's" if len(others) == 1 else "runs'"
+    cost = (f"; the other {runs} {record['charged']['n_grad']} gradients and "
             f"{record['charged']['seconds']:.3g} chain-seconds are counted in warmup"
             if "charged" in record else "")
     record["note"] = (f"{record['reason']} with the default metric: ran again with "
-                      f"metric={RERUN_METRIC!r}; {kept}{cost}")
+                      f"{ran or _options_text(steps[0]) + ' (stopped)'}; {kept}{cost}")
     chosen.metadata["metric_rerun"] = record
     return chosen
 

@@ -454,7 +454,7 @@ def test_metric_rerun_keeps_the_first_fit_when_the_rerun_fails_too():
     failing.draws[0] += 5.0  # chain 1 elsewhere: R-hat
     assert not failing.diagnose().converged
     before = first.n_grad_warmup
-    fit = _metric_rerun(first, lambda: failing, progress=False)
+    fit = _metric_rerun(first, lambda *step: failing, progress=False)
     assert fit is first
     record = fit.metadata["metric_rerun"]
     assert not record["adopted"] and "R-hat" in record["rerun_problems"]
@@ -466,25 +466,63 @@ def test_metric_rerun_keeps_the_first_fit_when_the_rerun_fails_too():
     assert fit.time_warmup == 1.0 + 3.0
 
     clean = _with_warmup(synthetic(sampler="ahmc"))
-    assert _metric_rerun(clean, lambda: pytest.fail("no rerun"), progress=False) is clean
+    assert _metric_rerun(clean, lambda *a: pytest.fail("no rerun"), progress=False) is clean
     assert "metric_rerun" not in clean.metadata
 
     # tail rejections with a low E-BFMI (energy a random walk): the geometry, no rerun
     funnel = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
     funnel.sampler_stats["energy"] = np.cumsum(funnel.sampler_stats["energy"], axis=1)
     assert set(funnel.diagnose().kinds()) >= {"tail_rejection", "ebfmi"}
-    assert _metric_rerun(funnel, lambda: pytest.fail("no rerun"), progress=False) is funnel
+    assert _metric_rerun(funnel, lambda *a: pytest.fail("no rerun"), progress=False) is funnel
     record = funnel.metadata["metric_rerun"]
     assert not record["ran"] and "reparameterise" in record["note"]
     assert funnel.n_grad_warmup == 3 * 20 * funnel.chains
 
 
 def test_metric_rerun_applies_to_gradient_based_default_metrics_only():
-    from ahmc_stan.sampling import _rerun_applies
+    from ahmc_stan.sampling import RERUN_STEPS, _rerun_applies, _rerun_steps
 
     assert _rerun_applies("ahmc", {})                       # default low_rank
     assert not _rerun_applies("ahmc", {"metric": "low_rank"})  # the user's choice
     assert not _rerun_applies("hmc", {}) and not _rerun_applies("bandit", {})  # diag
+    assert _rerun_steps("ahmc", {}) == list(RERUN_STEPS)
+    assert _rerun_steps("ahmc", {"adapt_delta": 0.9}) == [{"metric": "diag"}]
+    assert _rerun_steps("ahmc", {"metric": "diag"}) == []
+
+
+def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too():
+    """The second step (``adapt_delta=0.95``) runs only when the diagonal's fit fails
+    the tail-rejection check as well; the first converged fit is returned and the other
+    runs are charged to it; when no step converges, the first fit is returned."""
+    from ahmc_stan.sampling import RERUN_STEPS, _metric_rerun
+
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    diag = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"), per_iteration=5)
+    small = _with_warmup(synthetic(seed=5, sampler="ahmc"), per_iteration=9)
+    calls = []
+
+    def rerun(step, i):
+        calls.append((step, i))
+        return [diag, small][i]
+    spent = [f.n_grad_warmup + f.n_grad_sampling for f in (first, diag)]
+    fit = _metric_rerun(first, rerun, progress=False, steps=list(RERUN_STEPS))
+    assert fit is small and calls == [(RERUN_STEPS[0], 0), (RERUN_STEPS[1], 1)]
+    record = fit.metadata["metric_rerun"]
+    assert record["adopted"] and [r["adopted"] for r in record["runs"]] == [False, True]
+    assert "tail rejections" in record["runs"][0]["problems"]
+    assert record["charged"]["n_grad"] == sum(spent)
+    assert fit.n_grad_warmup == 9 * 20 * fit.chains + sum(spent)
+    assert "then with metric='diag', adapt_delta=0.95; the last fit is returned" in \
+        record["note"]
+
+    # neither converges: the first fit, charged with both
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    worse = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    fit = _metric_rerun(first, lambda step, i: [diag, worse][i], progress=False,
+                        steps=list(RERUN_STEPS))
+    assert fit is first and not fit.metadata["metric_rerun"]["adopted"]
+    assert len(fit.metadata["metric_rerun"]["runs"]) == 2
+    assert "the first fit is returned" in fit.metadata["metric_rerun"]["note"]
 
 
 def test_tail_rejection_skips_thinned_fits():
