@@ -63,6 +63,13 @@ def print_diagnosis(fit, label: str | None = None) -> None:
           file=sys.stderr)
 
 
+def print_reruns(fit) -> None:
+    """The notes of the run's chain and metric reruns (:func:`tune_and_sample`), if any."""
+    for rerun in ("chain_rerun", "metric_rerun"):
+        if rerun in fit.metadata:
+            print(f"({fit.metadata[rerun]['note']})")
+
+
 def report(fit, args: argparse.Namespace) -> None:
     """Print the summary and the efficiency line, and the convergence diagnosis on stderr;
     save the fit if ``--output`` was given."""
@@ -74,9 +81,7 @@ def report(fit, args: argparse.Namespace) -> None:
         print(fit.summary())
     print()
     print(fit.efficiency_line())
-    for rerun in ("chain_rerun", "metric_rerun"):
-        if rerun in fit.metadata:
-            print(f"({fit.metadata[rerun]['note']})")
+    print_reruns(fit)
     sys.stdout.flush()
     print_diagnosis(fit)
     if getattr(args, "output", None):
@@ -236,6 +241,7 @@ def compare_model(args: argparse.Namespace) -> int:
                       else tune_and_sample(model, sampler=name, progress=False,
                                            diagnose=False, **run))
         print(fits[name].efficiency_line())
+        print_reruns(fits[name])
     table = compare(fits)
     print()
     print(to_markdown(table, columns=[c for c in (

@@ -180,3 +180,7 @@ def test_cli_prints_the_chain_rerun_and_can_turn_it_off(capsys):
     assert main([*args, "--no-chain-rerun"]) == 0
     out = capsys.readouterr()
     assert "chain rerun" not in out.out and "R-hat" in out.err
+    # compare prints each fit's reruns under its line
+    assert main(["compare", str(stan_model_path("minor_mode")), "--seed", "4",
+                 "--samplers", "ahmc", "--peers", ""]) == 0
+    assert "(1 chain rerun: chain 2 replaced" in capsys.readouterr().out
