@@ -108,7 +108,7 @@ def test_a_chain_whose_reruns_stray_too_is_kept_and_charged():
     assert "chain 4 kept: the reruns strayed as well" in record["note"]
 
 
-def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode():
+def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     """``stan_models/minor_mode.stan``: 1e-4 of the mass in a second mode behind a
     barrier of ~12 nats.  At seed 4 AHMC's chain 2 starts in the minor mode's basin and
     stays there (R-hat 1.53); by default it is run again with a new seed, which starts in
@@ -142,10 +142,18 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode():
     assert fit.warmup_sampler_stats["n_grad"][1, 0] > discarded
     np.testing.assert_array_equal(fit.warmup_sampler_stats["n_grad"][[0, 2, 3]],
                                   off.warmup_sampler_stats["n_grad"][[0, 2, 3]])
-    # reproducible, and the same whether chains run in parallel or one after another
-    again = tune_and_sample(model, "ahmc", parallel=False, **run)
+    # reproducible, and the same whether chains run in parallel or one after another;
+    # with output_dir, fit.npz holds the returned fit and its record
+    again = tune_and_sample(model, "ahmc", parallel=False, output_dir=tmp_path / "out",
+                            **run)
     np.testing.assert_array_equal(again.draws, fit.draws)
     assert _without_seconds(again) == _without_seconds(fit)
+    from ahmc_stan import load_output
+
+    saved = load_output(tmp_path / "out")
+    np.testing.assert_array_equal(saved.draws, again.draws)
+    assert saved.metadata["chain_rerun"] == again.metadata["chain_rerun"]
+    assert saved.n_grad_warmup == again.n_grad_warmup
 
     # seed 1: three chains in the minor mode, one in the main mode; the three are rerun
     # (in parallel worker processes), as chains run one after another would be
