@@ -31,9 +31,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .chain_rerun import rerun_stray_chains
 from .fit import Fit
 from .model import StanModel
-from .chain_rerun import rerun_stray_chains
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.stuck import StuckChainError
 
@@ -581,11 +581,14 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             break
         problems = diagnose(fit)
         converged = not fit.incomplete and problems.converged
-        record["runs"].append({"options": step, "problems": problems.summary(),
+        record["runs"].append({"options": dict(step), "problems": problems.summary(),
                                "adopted": converged})
         fits.append(fit)
         if converged:
             chosen = fit
+            break
+        if fit.incomplete:  # interrupted or out of time: no further step
+            record["stopped"] = "incomplete"
             break
     record["adopted"] = chosen is not None
     chosen = first if chosen is None else chosen
