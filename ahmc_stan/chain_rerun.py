@@ -99,6 +99,12 @@ def charge(kept: ChainResult, discarded: ChainResult) -> dict:
             "seconds": float(seconds)}
 
 
+def _entry(stray: dict, attempt: int) -> dict:
+    return {"chain": stray["chain"] + 1, "attempt": attempt,
+            "lp_gap": round(stray["lp_gap"], 3),
+            "log_mass_ratio": round(stray["log_mass_ratio"], 3), "adopted": False}
+
+
 def rerun_stray_chains(results: list[ChainResult], warmup: int,
                        rerun: Callable[[list[int], int], tuple[list, bool]],
                        progress: bool = False, label: str = ""
@@ -120,12 +126,15 @@ def rerun_stray_chains(results: list[ChainResult], warmup: int,
                   f"{', '.join(str(c + 1) for c in ids)} strayed into a region of "
                   f"negligible mass; running again with a new seed (attempt {attempt})",
                   file=sys.stderr, flush=True)
-        fresh, interrupted = rerun(ids, attempt)
+        try:
+            fresh, interrupted = rerun(ids, attempt)
+        except Exception as err:  # noqa: BLE001 — e.g. StuckChainError: keep the chains
+            runs.extend({**_entry(stray, attempt), "error": f"{type(err).__name__}: {err}"}
+                        for stray in strays)
+            break
         for stray, new in zip(strays, fresh):
             c = stray["chain"]
-            entry = {"chain": c + 1, "attempt": attempt,
-                     "lp_gap": round(stray["lp_gap"], 3),
-                     "log_mass_ratio": round(stray["log_mass_ratio"], 3), "adopted": False}
+            entry = _entry(stray, attempt)
             complete = new is not None and not new.interrupted and \
                 new.n_sampling == results[c].n_sampling
             if complete:
@@ -142,7 +151,8 @@ def rerun_stray_chains(results: list[ChainResult], warmup: int,
     if not runs:
         return results, None
     adopted = sorted({e["chain"] for e in runs if e["adopted"]})
-    failed = sorted({e["chain"] for e in runs} - set(adopted))
+    errors = [e for e in runs if "error" in e]
+    failed = sorted({e["chain"] for e in runs} - set(adopted) - {e["chain"] for e in errors})
     parts = []
     if adopted:
         parts.append(f"chain{'s' if len(adopted) > 1 else ''} "
@@ -150,6 +160,8 @@ def rerun_stray_chains(results: list[ChainResult], warmup: int,
     if failed:
         parts.append(f"chain{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
                      "kept: the reruns strayed as well")
+    if errors:
+        parts.append(f"a rerun failed ({errors[0]['error']}): the chains kept")
     worst = max(runs, key=lambda e: e["lp_gap"])
     note = (f"{len(runs)} chain rerun{'s' if len(runs) > 1 else ''}: "
             + "; ".join(parts)

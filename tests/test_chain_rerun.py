@@ -108,6 +108,22 @@ def test_a_chain_whose_reruns_stray_too_is_kept_and_charged():
     assert "chain 4 kept: the reruns strayed as well" in record["note"]
 
 
+def test_a_rerun_that_fails_keeps_the_chains():
+    """An error in a rerun (a StuckChainError, say) does not lose the finished chains."""
+    from ahmc_stan.tuning.stuck import StuckChainError
+
+    main = [component_chain(s, 0.9999, 0.0, 1.0) for s in (1, 2, 3)]
+    minor = component_chain(4, 1e-4, 10.0, 1.0)
+
+    def rerun(ids, attempt):
+        raise StuckChainError("chain 4: stuck 11 times")
+    results, record = rerun_stray_chains(main + [minor], WARMUP, rerun)
+    assert results == main + [minor]
+    (entry,) = record["runs"]
+    assert not entry["adopted"] and entry["error"].startswith("StuckChainError")
+    assert "a rerun failed (StuckChainError: chain 4: stuck 11 times)" in record["note"]
+
+
 def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     """``stan_models/minor_mode.stan``: 1e-4 of the mass in a second mode behind a
     barrier of ~12 nats.  At seed 4 AHMC's chain 2 starts in the minor mode's basin and
