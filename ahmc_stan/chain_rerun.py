@@ -86,6 +86,7 @@ def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
                         "log_mass_ratio": ratio})
     return out
 
+
 def charge(kept: ChainResult, discarded: ChainResult) -> dict:
     """Add ``discarded``'s evaluations to ``kept``'s first iteration and its seconds to
     ``kept``'s warmup; returns what was charged (``n_grad``, ``seconds``)."""
