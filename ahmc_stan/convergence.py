@@ -438,6 +438,7 @@ def lp_gap_chains(lp) -> list[tuple[int, float, float, float]]:
             out.append((c, float(means[c]), ref, gap))
     return out
 
+
 def _check_ebfmi(fit):
     energy = fit.sampler_stats.get("energy")
     if energy is None or fit.n_draws < 3:

@@ -85,18 +85,16 @@ class DensityKernel:
     """The part of the protocol shared by kernels whose state is a position with its log
     density and gradient (:class:`HMCKernel`, :class:`~ahmc_stan.mh.MHKernel`)."""
 
-    state_type = HMCState
-
     def __init__(self, density: NativeDensity):
         self.density = density
 
-    def init(self, position: np.ndarray):
+    def init(self, position: np.ndarray) -> HMCState:
         position = np.array(position, dtype=float)
         grad = np.empty_like(position)
         lp = self.density.log_density_gradient(position, grad)
         if not np.isfinite(lp):
             raise ValueError("the initial point has a non-finite log density or gradient")
-        return self.state_type(position, lp, grad)
+        return HMCState(position, lp, grad)
 
     def step(self, rng: np.random.Generator, state, params):
         """One iteration: :meth:`run` of 1."""

@@ -567,13 +567,13 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     record["ran"] = True
     fits, chosen = [first], None
     for i, step in enumerate(steps):
-        if i > 0:
-            before = diagnose(fits[-1], checks=("tail_rejection", "ebfmi"))
-            if not before.get("tail_rejection") or before.get("ebfmi"):
+        if i > 0:  # each later step is judged on the run before it
+            found = diagnose(fits[-1], checks=("tail_rejection", "ebfmi"))
+            if not found.get("tail_rejection") or found.get("ebfmi"):
                 break
         if progress:
-            print(f"{first.sampler}: {diagnose(fits[-1], checks=('tail_rejection',)).summary()}"
-                  f"; running again with {_options_text(step)}", file=sys.stderr, flush=True)
+            print(f"{first.sampler}: {found.summary()}; running again with "
+                  f"{_options_text(step)}", file=sys.stderr, flush=True)
         try:
             fit = rerun(step, i)
         except (KeyboardInterrupt, TimeoutError) as stop:  # no draw made: keep the others
@@ -653,17 +653,18 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     if output_dir is not None:
         streams = _start_output(Path(output_dir), model, sampler, chains, seed, warmup,
                                 draws, thin, options)
-    jobs = [(model, sampler, c, seeds[c], inits[c], warmup, draws, progress, options, radius,
-             deadline, streams[c])
-            for c in range(chains)]
-    results, interrupted = _execute(jobs, workers)
+    def job(c, seed_c, stream):
+        return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, options,
+                radius, deadline, stream)
+
+    results, interrupted = _execute([job(c, seeds[c], streams[c]) for c in range(chains)],
+                                    workers)
     rerun_record = None
     if chain_rerun and not interrupted and all(
             r is not None and not r.interrupted and r.n_sampling == draws for r in results):
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
-            return _execute([(*jobs[c][:3], fresh[c], *jobs[c][4:11], None)
-                             for c in chain_ids], workers)
+            return _execute([job(c, fresh[c], None) for c in chain_ids], workers)
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
