@@ -61,7 +61,27 @@ def test_a_chain_in_a_minor_mode_strays_and_a_wide_mode_of_equal_mass_does_not()
     lp = np.array([r.stats["lp"][WARMUP:] for r in half + [wide]])
     assert [c for c, *_ in lp_gap_chains(lp)] == [3]
     assert stray_chains(half + [wide], WARMUP) == []
-    assert math.log(STRAY_MASS_MAX) < -6  # a stray holds less than ~0.25 % of the mass
+
+
+def test_the_mass_bound_separates_a_small_region_from_a_wide_one():
+    """Both are flagged by the lp gap (allowed: 4 within-chain sds of lp, 4·√(3/2) = 4.9
+    nats): 0.3 % of the mass in a mode as wide as the main one (lp 5.8 nats lower) is a
+    stray, 3 % in a mode twice as wide (5.6 nats lower) is not.  Both masses lie more than a nat
+    from the bound, seven times the Laplace estimate's tolerance above."""
+    from ahmc_stan.convergence import lp_gap_chains
+
+    main = [component_chain(s, 0.97, 0.0, 1.0) for s in (1, 2, 3)]
+    small = component_chain(4, 0.003, 30.0, 1.0)
+    wide = component_chain(4, 0.03, 30.0, 2.0)
+    assert math.log(0.003 / 0.97) < math.log(STRAY_MASS_MAX) - 1
+    assert math.log(0.03 / 0.97) > math.log(STRAY_MASS_MAX) + 1
+    for other in (small, wide):
+        lp = np.array([r.stats["lp"][WARMUP:] for r in main + [other]])
+        assert [c for c, *_ in lp_gap_chains(lp)] == [3]
+    (stray,) = stray_chains(main + [small], WARMUP)
+    assert stray["chain"] == 3
+    assert stray["log_mass_ratio"] == pytest.approx(math.log(0.003 / 0.97), abs=0.15)
+    assert stray_chains(main + [wide], WARMUP) == []
 
 
 def _rerun_from(replacements):
