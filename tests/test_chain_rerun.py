@@ -66,8 +66,8 @@ def test_a_chain_in_a_minor_mode_strays_and_a_wide_mode_of_equal_mass_does_not()
 def test_the_mass_bound_separates_a_small_region_from_a_wide_one():
     """Both are flagged by the lp gap (allowed: 4 within-chain sds of lp, 4·√(3/2) = 4.9
     nats): 0.3 % of the mass in a mode as wide as the main one (lp 5.8 nats lower) is a
-    stray, 3 % in a mode twice as wide (5.6 nats lower) is not.  Both masses lie more than a nat
-    from the bound, seven times the Laplace estimate's tolerance above."""
+    stray, 3 % in a mode twice as wide (5.6 nats lower) is not.  Both masses lie more
+    than a nat from the bound, seven times the Laplace estimate's tolerance above."""
     from ahmc_stan.convergence import lp_gap_chains
 
     main = [component_chain(s, 0.97, 0.0, 1.0) for s in (1, 2, 3)]
