@@ -34,6 +34,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -62,6 +63,13 @@ _CXXFLAGS = [
     "-O3",
     "-fPIC",
     "-DSTAN_THREADS",
+    # With STAN_THREADS every autodiff variable reaches the thread-local tape; in a
+    # library loaded with dlopen the default (global-dynamic) TLS access is a call to
+    # __tls_get_addr each time.  TLS descriptors (x86-64's gnu2 dialect; aarch64's
+    # default) resolve it to an offset when the library's TLS fits in static TLS and
+    # fall back safely when it does not.  Same arithmetic, a cheaper gradient
+    # (benchmarks/bench_tls.py).
+    *(["-mtls-dialect=gnu2"] if platform.machine().lower() in ("x86_64", "amd64") else []),
     "-D_REENTRANT",
     "-DBOOST_DISABLE_ASSERTS",
     "-DBOOST_PHOENIX_NO_VARIADIC_EXPRESSION",

@@ -1,5 +1,8 @@
 """StanModel: densities and derivatives against analytic values, transforms, names, errors."""
 
+import platform
+import shutil
+import subprocess
 import threading
 
 import numpy as np
@@ -220,3 +223,19 @@ def test_threads_give_identical_gradients(logistic_model):
     assert not errors
     for out in results:
         np.testing.assert_array_equal(out, expected[np.arange(2000) % 50])
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="TLS descriptors are the default off x86-64")
+def test_the_library_reaches_the_thread_local_tape_through_tls_descriptors(logistic_model):
+    """STAN_THREADS's tape is thread-local; with the default global-dynamic model every
+    access from a dlopen'ed library calls __tls_get_addr (SV's gradient 1.25× slower,
+    benchmarks/bench_tls.py).  The library must use TLS descriptors, and no
+    global-dynamic access may remain (from a flag dropped or an object built without)."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) not found")
+    relocations = subprocess.run([readelf, "-rW", str(logistic_model.lib_path)],
+                                 capture_output=True, text=True, check=True).stdout
+    assert "R_X86_64_TLSDESC" in relocations
+    assert "__tls_get_addr" not in relocations
