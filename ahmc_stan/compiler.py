@@ -53,6 +53,8 @@ RECIPE_VERSION = "2"
 _CSRC = Path(__file__).parent / "csrc"
 _PCH_HEADER = "stan_pch.hpp"
 _BRIDGE_SOURCE = "ahmc_bridge.cpp"
+#: Headers of our own that the C layer includes (hashed into its key with it).
+_BRIDGE_HEADERS = ("ahmc_tuner.hpp",)
 #: Appended to every model's C++ (see those files); module variables so a test can swap them.
 _SECOND_ORDER_SOURCE = _CSRC / "ahmc_second_order.hpp"
 _THIRD_ORDER_SOURCE = _CSRC / "ahmc_third_order.hpp"
@@ -158,7 +160,8 @@ def toolchain() -> Toolchain:
         RECIPE_VERSION, str(httpstan_dir), getattr(httpstan, "__version__", "?"),
         stanc_version, cxx, cxx_version, " ".join(flags), (_CSRC / _PCH_HEADER).read_bytes(),
     )[:16]
-    key = _sha256(pch_key, (_CSRC / _BRIDGE_SOURCE).read_bytes())[:16]
+    key = _sha256(pch_key, *((_CSRC / name).read_bytes()
+                             for name in (_BRIDGE_SOURCE, *_BRIDGE_HEADERS)))[:16]
     return Toolchain(httpstan_dir, stanc, stanc_version, cxx, cxx_version, flags,
                      pch_key, key)
 

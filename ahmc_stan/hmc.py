@@ -24,6 +24,7 @@ above ``max_energy_error`` (1000, as Stan) marks the iteration divergent.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,15 +121,39 @@ class HMCKernel(DensityKernel):
         lp, out = self.density.hmc_block(
             params.step_size, params.num_steps, params.jitter, inv_metric, seed, n_iter,
             self.max_energy_error, x, grad, state.logdensity)
-        info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+        return HMCState(x, lp, grad), self._info(out)
+
+    def tuned_run(self, rng: np.random.Generator, state: HMCState, inv_metric, tuner,
+                  block_size: int, n_iter: int, max_grads: float):
+        """Up to ``n_iter`` iterations of AHMC's Algorithm 2 in one C++ call
+        (``ahmc_tuned_hmc_block``): blocks of ``block_size`` at the γ = (ε, L) of
+        ``tuner`` (a :class:`~ahmc_stan.tuning.native_tuner.NativeBayesOptTuner` over
+        (step_size, num_steps)), which receives each block's reward ESJD/√L and moves γ;
+        the call ends after the block in which the gradients reach ``max_grads``.  Returns
+        (state, :class:`~ahmc_stan.tuning.hmc_warmup.AdaptedSteps` of the iterations
+        made)."""
+        from .tuning.hmc_warmup import AdaptedSteps
+
+        seed = int(rng.integers(0, 2**63))
+        x, grad = state.position.copy(), state.logdensity_grad.copy()
+        lp, out = self.density.tuned_hmc_block(
+            tuner.handle, block_size, n_iter, max_grads, as_native(inv_metric), seed,
+            self.max_energy_error, x, grad, state.logdensity)
+        tuner.sync()
+        return HMCState(x, lp, grad), AdaptedSteps(
+            self._info(out), out["step_size"], out["num_steps_max"].astype(int), None)
+
+    @staticmethod
+    def _info(out: dict) -> HMCInfo:
+        return HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
                        out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
                        out["energy"], out["lp"])
-        return HMCState(x, lp, grad), info
 
     def adapt_run(self, rng: np.random.Generator, state: HMCState, inv_metric,
-                  n_iter: int, averager, path_length: float, max_steps: int,
+                  n_iter: int, averager, path_length: float, max_steps,
                   min_step_size: float = 0.0, want_grads: bool = False,
-                  jitter: bool = True, step_jitter: float = 0.0):
+                  jitter: bool = True, step_jitter: float = 0.0,
+                  max_grads: float = math.inf):
         """Warmup iterations with the step size adapted inside one C++ call
         (``ahmc_hmc_adapt_block``), as :func:`ahmc_stan.tuning.hmc_warmup.adapt_steps`
         describes; ``averager`` (a :class:`~ahmc_stan.tuning.step_size.DualAveraging`)
@@ -142,10 +167,7 @@ class HMCKernel(DensityKernel):
         lp, out = self.density.hmc_adapt_block(
             path_length, max_steps, jitter, inv_metric, seed, n_iter, self.max_energy_error,
             min_step_size, da, averager.params_array(), x, grad, state.logdensity,
-            want_grads, step_jitter)
+            want_grads, step_jitter, max_grads)
         averager.load_state_array(da)
-        info = HMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
-                       out["divergent"].astype(bool), out["n_steps"], out["n_grad"],
-                       out["energy"], out["lp"])
         return HMCState(x, lp, grad), AdaptedSteps(
-            info, out["step_size"], out["num_steps_max"].astype(int), out.get("grads"))
+            self._info(out), out["step_size"], out["num_steps_max"].astype(int), out.get("grads"))

@@ -11,6 +11,7 @@ bridgestan's declarations of the same symbols are untouched).  :class:`NativeDen
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -35,8 +36,18 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_leapfrog": (_int, [_ptr, _int, _double, _int, _ptr, _ptr, _ptr, _ptr, _ptr]),
     "ahmc_hmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, ctypes.c_uint64,
                               _double, *[_ptr] * 11]),
-    "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _int, _int, _double, _int, _ptr,
-                                    ctypes.c_uint64, _double, _double, *[_ptr] * 17]),
+    "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _ptr, _double, _int, _double,
+                                    _int, _ptr, ctypes.c_uint64, _double, _double,
+                                    *[_ptr] * 17]),
+    "ahmc_tuned_hmc_block": (_int, [_ptr, _ptr, _int, _int, _double, _int, _ptr,
+                                    ctypes.c_uint64, _double, *[_ptr] * 14]),
+    "ahmc_bo_new": (_ptr, [_int, _ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr, _ptr]),
+    "ahmc_bo_free": (None, [_ptr]),
+    "ahmc_bo_update": (_int, [_ptr, _ptr, _int, _ptr, _ptr]),
+    "ahmc_bo_state": (None, [_ptr, _ptr, _ptr]),
+    "ahmc_bo_history": (None, [_ptr, _int, _int, _ptr]),
+    "ahmc_bo_set": (None, [_ptr, _ptr, _int]),
+    "ahmc_bo_predict": (None, [_ptr, _ptr, _ptr]),
     "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
     "ahmc_ghmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, _int, _ptr,
                                ctypes.c_uint64, _double, *[_ptr] * 14]),
@@ -170,17 +181,19 @@ class NativeDensity:
             raise ValueError("the dense inverse metric is not positive definite")
         return self._lp.value, out
 
-    def hmc_adapt_block(self, path_length: float, max_steps: int, jitter: bool,
+    def hmc_adapt_block(self, path_length: float, max_steps, jitter: bool,
                         inv_metric: np.ndarray | None, seed: int, n_iter: int,
                         max_energy_error: float, min_step_size: float, state: np.ndarray,
                         params: np.ndarray, x: np.ndarray, grad: np.ndarray, lp: float,
-                        want_grads: bool = False, step_jitter: float = 0.0
-                        ) -> tuple[float, dict]:
+                        want_grads: bool = False, step_jitter: float = 0.0,
+                        max_grads: float = math.inf) -> tuple[float, dict]:
         """Up to ``n_iter`` warmup iterations with dual averaging of ε inside one C++ call
         (``ahmc_hmc_adapt_block``): the averaging ``state`` ``[mu, counter, s_bar, x_bar,
         log ε]`` (updated in place) towards ``params`` ``[target, gamma, t0, kappa]``,
-        ``L_r ~ U{1..clamp(round(path_length/ε), 1, max_steps)}``; stops after an update
-        takes ε below ``min_step_size``; ``step_jitter`` = j > 0 uses ε·U(1 − j, 1 + j).
+        ``L_r ~ U{1..clamp(round(path_length/ε), 1, max_steps)}`` (``max_steps``: a number
+        or one per iteration); stops after an update takes ε below ``min_step_size``, or
+        after the iteration in which the gradients reach ``max_grads``; ``step_jitter`` =
+        j > 0 uses ε·U(1 − j, 1 + j).
         Returns (log density of the final state, the
         per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
         ``step_size``, ``num_steps_max`` (the L of each iteration) and, with
@@ -192,9 +205,11 @@ class NativeDensity:
         n_done = ctypes.c_int()
         state = np.ascontiguousarray(state, dtype=float)
         params = np.ascontiguousarray(params, dtype=float)
+        caps = np.ascontiguousarray(np.broadcast_to(max_steps, (n_iter,)), dtype=np.intc)
         self._lp.value = lp
         if self._adapt_block(
-                self._handle, n_iter, path_length, int(max_steps), int(bool(jitter)),
+                self._handle, n_iter, path_length, caps.ctypes.data, float(max_grads),
+                int(bool(jitter)),
                 float(step_jitter), *metric_args(inv_metric), seed, max_energy_error, min_step_size,
                 state.ctypes.data, params.ctypes.data, x.ctypes.data, grad.ctypes.data,
                 self._lp_ptr, ctypes.addressof(n_done), out["step_size"].ctypes.data,
@@ -208,6 +223,34 @@ class NativeDensity:
         if grads is not None:
             out["grads"] = grads[:n]
         return self._lp.value, out
+
+    def tuned_hmc_block(self, tuner: int, block_size: int, n_iter: int, max_grads: float,
+                        inv_metric: np.ndarray | None, seed: int, max_energy_error: float,
+                        x: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, dict]:
+        """Up to ``n_iter`` AHMC iterations in one C++ call (``ahmc_tuned_hmc_block``):
+        blocks of ``block_size`` at the C++ tuner ``tuner``'s γ (a handle of
+        :class:`~ahmc_stan.tuning.native_tuner.NativeBayesOptTuner`), each block's reward
+        given to it; stops after the block in which the gradients reach ``max_grads``.
+        Updates ``x`` and ``grad`` in place; returns (log density of the final state, the
+        per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
+        ``step_size`` and ``num_steps_max``)."""
+        out = self._block_outputs(n_iter)
+        out["step_size"] = np.empty(n_iter)
+        out["num_steps_max"] = np.empty(n_iter, np.intc)
+        n_done = ctypes.c_int()
+        self._lp.value = lp
+        status = self.entry("ahmc_tuned_hmc_block")(
+            self._handle, tuner, int(block_size), int(n_iter), float(max_grads),
+            *metric_args(inv_metric), seed, max_energy_error, x.ctypes.data,
+            grad.ctypes.data, self._lp_ptr, ctypes.addressof(n_done),
+            out["step_size"].ctypes.data, out["num_steps_max"].ctypes.data,
+            out["n_steps"].ctypes.data, *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS))
+        if status == 1:
+            raise ValueError("the dense inverse metric is not positive definite")
+        if status == 2:
+            raise ValueError("reward must be finite: a block's mean squared jump is not")
+        n = n_done.value
+        return self._lp.value, {k: v[:n] for k, v in out.items()}
 
     def ghmc_block(self, step_size: float, max_steps: int, jitter: bool,
                    inv_metric: np.ndarray | None, num_candidates: int, seed: int,

@@ -7,15 +7,16 @@ share of wall time (issue 14: at most 5 % on every suite model).
 For each model (a 10-d standard Gaussian, where per-iteration overhead dominates; a
 logistic regression with 100 parameters; the suite's models) runs one AHMC chain in this
 process and reports, from the same run: the bare C++ gradient time (timed inside the
-library), the wall time per leapfrog step of the sampling phase with and without the
-tuner's own time, and the tuner's share of the chain's wall time (warmup included) — with
-the paper's infinite adaptation and with the tuner frozen after warmup.
+library), the chain's wall time, the wall time per leapfrog step of the sampling phase,
+and the tuner's share of the chain's wall time (warmup included; the tuner's own clock,
+``fit.metadata["chains"][c]["tuner_seconds"]``) — with the tuner in C++ (the default) and
+in Python (``native=False``), each with the paper's infinite adaptation and with the
+tuner frozen after warmup.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,68 +25,25 @@ sys.path.insert(0, str(ROOT))  # this checkout's ahmc_stan, also for A/B copies
 import numpy as np  # noqa: E402
 
 import ahmc_stan  # noqa: E402
-from ahmc_stan.samplers.chain import ChainRecorder  # noqa: E402
-from ahmc_stan.tuning import BayesOptTuner  # noqa: E402
-
-
-class TunerClock:
-    """Times every BayesOptTuner.update_many call (the GP and the acquisition; ``update``
-    goes through it) and notes when the chain's sampling phase starts, so the tuner's time
-    in sampling is known."""
-
-    def __init__(self):
-        self.calls: list[tuple[float, float]] = []   # (start, seconds)
-        self.sampling_start = float("inf")
-        self._name = "update_many" if hasattr(BayesOptTuner, "update_many") else "update"
-        self._update = getattr(BayesOptTuner, self._name)
-        self._mark = ChainRecorder.mark_sampling_start
-
-    def __enter__(self):
-        clock = self
-
-        def timed(tuner, gamma, rewards):
-            t = time.perf_counter()
-            try:
-                return clock._update(tuner, gamma, rewards)
-            finally:
-                clock.calls.append((t, time.perf_counter() - t))
-
-        def mark(recorder, chain_start):
-            clock.sampling_start = time.perf_counter()
-            return clock._mark(recorder, chain_start)
-
-        setattr(BayesOptTuner, self._name, timed)
-        ChainRecorder.mark_sampling_start = mark
-        return self
-
-    def __exit__(self, *exc):
-        setattr(BayesOptTuner, self._name, self._update)
-        ChainRecorder.mark_sampling_start = self._mark
-
-    def seconds(self, after: float = -float("inf")) -> float:
-        return sum(d for t, d in self.calls if t >= after)
 
 
 def measure(name: str, model: ahmc_stan.StanModel, warmup: int, draws: int,
-            adapt_during_sampling: bool) -> dict:
+            adapt_during_sampling: bool, native: bool) -> dict:
     x = model.initial_point(np.random.default_rng(0))
     bare_us = model.density.gradient_seconds(x, 20000) * 1e6
-    with TunerClock() as clock:
-        fit = ahmc_stan.tune_and_sample(model, chains=1, warmup=warmup, draws=draws,
-                                        seed=1, progress=False, parallel=False,
-                                        diagnose=False,
-                                        adapt_during_sampling=adapt_during_sampling)
+    fit = ahmc_stan.tune_and_sample(model, chains=1, warmup=warmup, draws=draws, seed=1,
+                                    progress=False, parallel=False, diagnose=False,
+                                    adapt_during_sampling=adapt_during_sampling,
+                                    native=native)
+    chain = fit.metadata["chains"][0]
     total = fit.time_warmup + fit.time_sampling  # the chain's own clock
-    tuner_sampling = clock.seconds(after=clock.sampling_start)
-    steps = fit.n_grad_sampling
-    per_step = fit.time_sampling / steps * 1e6
+    per_step = fit.time_sampling / fit.n_grad_sampling * 1e6
     return {
-        "model": name, "tuner in sampling": "runs" if adapt_during_sampling else "frozen",
-        "dims": model.dims, "bare C++ gradient µs": bare_us,
-        "sampling wall µs / leapfrog step": per_step,
-        "ratio to bare": per_step / bare_us,
-        "ratio excluding tuner": (fit.time_sampling - tuner_sampling) / steps * 1e6 / bare_us,
-        "tuner share of chain wall time": clock.seconds() / total,
+        "model": name, "tuner": "C++" if native else "Python",
+        "in sampling": "runs" if adapt_during_sampling else "frozen",
+        "dims": model.dims, "bare C++ gradient µs": bare_us, "chain ms": 1e3 * total,
+        "sampling wall µs / leapfrog step": per_step, "ratio to bare": per_step / bare_us,
+        "tuner share of chain wall time": chain["tuner_seconds"] / total,
         "mean L_r": float(np.mean(fit.sampler_stats["num_steps"])),
     }
 
@@ -104,7 +62,9 @@ def main(argv=None) -> None:
     rows = []
     for name in args.models.split(","):
         model = load(name)
-        rows += [measure(name, model, args.warmup, args.draws, adapt) for adapt in (True, False)]
+        measure(name, model, 100, 100, True, True)  # first calls in this process
+        rows += [measure(name, model, args.warmup, args.draws, adapt, native)
+                 for native in (True, False) for adapt in (True, False)]
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))

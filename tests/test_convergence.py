@@ -351,8 +351,11 @@ def test_well_posed_model_has_no_problem(std_normal):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         nuts = run_nuts(std_normal, chains=4, warmup=200, draws=300, seed=4)
-        ahmc = tune_and_sample(std_normal, "ahmc", chains=4, warmup=300, draws=300, seed=4,
-                               progress=False, parallel=False)
+        # At 4 x (300 + 300) AHMC's split R-hat exceeds 1.01 at a quarter of the seeds
+        # (23 and 25 of seeds 31-130, before and after its blocks and tuner moved into one
+        # C++ call: a well-posed model's R-hat needs draws); at 1000 + 1000 at none of 60.
+        ahmc = tune_and_sample(std_normal, "ahmc", chains=4, warmup=1000, draws=1000,
+                               seed=4, progress=False, parallel=False)
     assert nuts.diagnose().ok, str(nuts.diagnose())
     assert ahmc.diagnose().ok, str(ahmc.diagnose())
     df = compare({"nuts": nuts, "ahmc": ahmc})

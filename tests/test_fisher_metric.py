@@ -171,7 +171,7 @@ def test_paths_start_short_with_a_metric_from_gradients():
     stays small until the metric is estimated, and 2/ε-step paths (up to 1000) would take
     most of warmup."""
     from ahmc_stan import StanModel, datasets
-    from ahmc_stan.tuning.hmc_warmup import REPORT_EVERY
+    from ahmc_stan.tuning.hmc_warmup import EARLY_CAP_EVERY
 
     from .conftest import stan_model_path
 
@@ -180,7 +180,7 @@ def test_paths_start_short_with_a_metric_from_gradients():
     fit = tune_and_sample(model, chains=1, warmup=1000, draws=10, seed=1,
                           metric="low_rank", progress=False, diagnose=False)
     bound = fit.warmup_sampler_stats["num_steps_max"][0][:500]
-    cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // REPORT_EVERY)
+    cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // EARLY_CAP_EVERY)
     assert (bound <= cap).all()
     assert (bound[:100] == cap[:100]).all()  # the cap binds until the first estimate
 

@@ -185,8 +185,12 @@ def test_ghmc_block_is_the_python_iteration(logistic_model, banana_model, case, 
                 assert out["n_hvp"][0] == info.extra_stats["n_hvp"][0]
             assert bool(out["accepted"][0]) == bool(info.is_accepted[0])
             assert bool(out["divergent"][0]) == bool(info.is_divergent[0])
+            # A trajectory rejected with probability ≈ 1 (ΔH ≈ 17 on the banana) amplifies
+            # the differences' rounding in ΔH; below 1e-9 an acceptance probability makes
+            # no difference to the chain (the decision is compared exactly above).
             assert out["accept_prob"][0] == pytest.approx(info.acceptance_rate[0], rel=rel,
-                                                          abs=1e-300)
+                                                          abs=1e-9 if hvp == "gradient"
+                                                          else 1e-300)
             assert out["energy"][0] == pytest.approx(info.energy[0], rel=rel)
             np.testing.assert_allclose(x, ref_state.position, rtol=state_rtol, atol=state_atol)
             np.testing.assert_allclose(p, ref_state.momentum, rtol=state_rtol, atol=state_atol)

@@ -17,6 +17,8 @@
 
 #include <boost/random/normal_distribution.hpp>
 
+#include "ahmc_tuner.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cmath>
@@ -748,6 +750,8 @@ class hmc_transitions {
         lp_(lp) {}
   bool ok() const { return momentum_.ok(); }
   block_rng& rng() { return rng_; }
+  // The next iterations draw from `seed` (as a new block of ahmc_hmc_block would).
+  void reseed(uint64_t seed) { rng_ = block_rng(seed); }
 
   // Iteration i: draws the momentum, L_r ~ Uniform{1..max_steps} (max_steps without
   // `jitter`) and u ~ Uniform(0, 1], in this order; accepts iff u < exp(-dH); writes
@@ -854,8 +858,8 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
 // & Gelman 2014, Algorithm 5 with Stan's constants; the same update as
 // ahmc_stan/tuning/step_size.py) inside the block, so that a whole metric window runs in
 // one call.  Iteration i uses the current eps = exp(state[4]), draws, in this order, the
-// momentum, L_r ~ Uniform{1..L} with L = clamp(round(path_length / eps), 1, max_steps)
-// (L = max_steps when `path_length` <= 0; L_r = L when `jitter` is 0) and u, and uses
+// momentum, L_r ~ Uniform{1..L} with L = clamp(round(path_length / eps), 1, max_steps[i])
+// (L = max_steps[i] when `path_length` <= 0; L_r = L when `jitter` is 0) and u, and uses
 // eps (1 + step_jitter (2v - 1)) with v ~ Uniform(0, 1] drawn first when `step_jitter`
 // > 0 (Neal 2011, section 5.4.2.2), makes the HMC transition of ahmc_hmc_block, then
 // updates the dual-averaging `state` = {mu, counter, s_bar, x_bar, log eps} with its
@@ -863,9 +867,11 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
 // it writes what ahmc_hmc_block writes, plus the eps used and L (`num_steps_max`); `grads` (nullable) gets
 // the gradient at each iteration's state (row i).  The block stops early, after the
 // iteration whose update takes eps below `min_eps` (a collapsing warmup, see
-// ahmc_stan/tuning/stuck.py); `*n_done` is the number of iterations made.  Returns 0, or
-// 1 when a dense `inv_metric` is not positive definite.
-int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int max_steps,
+// ahmc_stan/tuning/stuck.py), or after the iteration in which its gradient evaluations
+// reach `max_grads`; `*n_done` is the number of iterations made.  Returns 0, or 1 when a
+// dense `inv_metric` is not positive definite.
+int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length,
+                         const int* max_steps, double max_grads,
                          int jitter, double step_jitter, int metric,
                          const double* inv_metric, uint64_t seed,
                          double max_energy_error, double min_eps, double* state,
@@ -879,10 +885,12 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
   double &mu = state[0], &counter = state[1], &s_bar = state[2], &x_bar = state[3],
          &log_eps = state[4];
   *n_done = 0;
+  double made = 0;  // gradient evaluations
   for (int i = 0; i < n_iter; ++i) {
     const double eps = std::exp(log_eps);
-    const double steps = path_length > 0 ? std::round(path_length / eps) : max_steps;
-    const int max_l = steps < 1 ? 1 : steps > max_steps ? max_steps : static_cast<int>(steps);
+    const int cap = max_steps[i];
+    const double steps = path_length > 0 ? std::round(path_length / eps) : cap;
+    const int max_l = steps < 1 ? 1 : steps > cap ? cap : static_cast<int>(steps);
     num_steps_max[i] = max_l;
     step_size[i] = step_jitter > 0
         ? eps * (1 + step_jitter * (2 * chain.rng().uniform_positive() - 1)) : eps;
@@ -895,10 +903,196 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length, int 
     const double x_eta = std::pow(counter, -kappa);
     x_bar = (1 - x_eta) * x_bar + x_eta * log_eps;
     *n_done = i + 1;
-    if (!(std::exp(log_eps) >= min_eps)) break;
+    made += n_grad[i];
+    if (!(std::exp(log_eps) >= min_eps) || made >= max_grads) break;
   }
   chain.write_state(x, grad, lp);
   return 0;
+}
+
+}  // extern "C"
+
+// =======================================================================================
+// Algorithm 2 of AHMC in one call: blocks of HMC iterations at the tuner's gamma = (eps,
+// L), each block's reward ESJD / sqrt(L) handed to the tuner (ahmc_tuner.hpp), which
+// moves gamma between blocks.
+
+namespace {
+
+// ||dx||^2_M = dx' M dx for the inverse metric kinds of apply_inv_metric (M = (M^-1)^-1;
+// for a dense M^-1 = L L', ||L^-1 dx||^2; for the low-rank kind ||(I + V C V') S^-1 dx||^2
+// with C = Lambda^-1/2 - 1, as (I + V C V')^2 = I + V (Lambda^-1 - 1) V').  The norm of
+// ahmc_stan/metric.py's squared_jumps.
+class metric_norm {
+ public:
+  metric_norm(int metric, const double* inv_metric, Eigen::Index n)
+      : metric_(metric), inv_metric_(inv_metric), work_(n) {
+    if (metric == 2) {
+      llt_.compute(Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
+                                                  Eigen::RowMajor>>(inv_metric, n, n));
+    }
+  }
+  double squared(const Eigen::Ref<const vector_d>& dx) {
+    const Eigen::Index n = dx.size();
+    if (metric_ == 0) return dx.squaredNorm();
+    if (metric_ == 1) {
+      double sum = 0;
+      for (Eigen::Index i = 0; i < n; ++i) sum += dx[i] * dx[i] / inv_metric_[i];
+      return sum;
+    }
+    if (metric_ == 2) {
+      work_ = llt_.matrixL().solve(dx);
+      return work_.squaredNorm();
+    }
+    const low_rank_metric lr(inv_metric_, n);
+    work_ = lr.inv_root_d.cwiseProduct(dx);
+    work_ += lr.vecs * lr.c_root.cwiseProduct(lr.vecs.transpose() * work_);
+    return work_.squaredNorm();
+  }
+
+ private:
+  int metric_;
+  const double* inv_metric_;
+  vector_d work_;
+  Eigen::LLT<Eigen::MatrixXd> llt_;
+};
+
+uint64_t mix64(uint64_t z) {  // splitmix64's output function
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+extern "C" {
+
+// The tuner (ahmc_tuner::bo_tuner) over a box of `ndim` dimensions with bounds `low` and
+// `width` (integer dimensions flagged), the candidate grid (`n_grid` rows, in unit-cube
+// and in box coordinates, row-major), `config` = {kappa, noise_var, signal_var, alpha
+// (NaN: no scale), delta, k, lambda, schedule (0 AHMC, 1 exponential), refresh_every}
+// and the initial gamma (box units).  Freed by ahmc_bo_free.
+void* ahmc_bo_new(int ndim, const double* low, const double* width, const int* integer,
+                  int n_grid, const double* grid_unit, const double* grid_box,
+                  const double* config, const double* initial) {
+  try {
+    return new ahmc_tuner::bo_tuner(ndim, low, width, integer, n_grid, grid_unit, grid_box,
+                                    config, initial);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void ahmc_bo_free(void* tuner) { delete static_cast<ahmc_tuner::bo_tuner*>(tuner); }
+
+// `n` rewards of consecutive blocks run at `gamma`, with the uniforms that decide the
+// moves (BayesOptTuner.update_many).  Returns 0, or 1 at a non-finite reward (the
+// rewards before it are taken).
+int ahmc_bo_update(void* tuner, const double* gamma, int n, const double* rewards,
+                   const double* uniforms) {
+  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
+  for (int j = 0; j < n; ++j) {
+    if (!t->update(gamma, rewards[j], uniforms[j])) return 1;
+  }
+  return 0;
+}
+
+// {i, s, r_max, frozen, distinct inputs, history rows, seconds in updates} and the
+// current gamma.
+void ahmc_bo_state(void* tuner, double* state, double* current) {
+  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
+  state[0] = t->i();
+  state[1] = t->s();
+  state[2] = t->r_max();
+  state[3] = t->frozen();
+  state[4] = t->n_unique();
+  state[5] = static_cast<double>(t->history().size())
+             / ahmc_tuner::history_columns(t->ndim());
+  state[6] = t->seconds();
+  std::copy(t->current().data(), t->current().data() + t->ndim(), current);
+}
+
+// History rows `start`.. (ahmc_tuner::history_columns each) into `out`.
+void ahmc_bo_history(void* tuner, int start, int n_rows, double* out) {
+  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
+  const size_t cols = ahmc_tuner::history_columns(t->ndim());
+  std::copy(t->history().begin() + start * cols, t->history().begin() + (start + n_rows) * cols,
+            out);
+}
+
+// Sets the current gamma (box units) and whether the tuner is frozen (a frozen tuner
+// takes no rewards in ahmc_tuned_hmc_block and does not move in ahmc_bo_update).
+void ahmc_bo_set(void* tuner, const double* current, int frozen) {
+  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
+  t->set_current(current);
+  t->set_frozen(frozen != 0);
+}
+
+// The GP's posterior mean and variance on the candidate grid (the carried posterior the
+// tuner's moves use).
+void ahmc_bo_predict(void* tuner, double* mean, double* var) {
+  Eigen::VectorXd mu, v;
+  static_cast<ahmc_tuner::bo_tuner*>(tuner)->gp().predict_grid(mu, v);
+  std::copy(mu.data(), mu.data() + mu.size(), mean);
+  std::copy(v.data(), v.data() + v.size(), var);
+}
+
+// Up to `n_iter` AHMC iterations (Wang, Mohamed & de Freitas 2013, Algorithm 2) from the
+// state (x, grad, lp), updated in place: blocks of `block_size` iterations (the last may
+// be shorter) at the tuner's gamma = (eps, L), L_r ~ Uniform{1..L} per iteration; after
+// each block, unless the tuner is frozen, its reward ESJD / sqrt(L) (the mean of
+// ||x_t - x_{t-1}||^2_M over the block, the first jump from the state before it) goes to
+// the tuner with a uniform.  Block b of the call draws its momenta, L_r and Metropolis
+// uniforms as ahmc_hmc_block does from the seed mix64(seed + (2b + 1) G), and the tuner's
+// uniform is mix64(seed + (2b + 2) G) / 2^64 (G = 0x9e3779b97f4a7c15), so one block is
+// reproducible alone.  The call stops after the block in which its gradient evaluations
+// reach `max_grads`.  Per iteration it writes what ahmc_hmc_block writes, plus eps
+// (`step_size`) and L (`num_steps_max`); `*n_done` is the number of iterations made.
+// Returns 0; 1 when a dense `inv_metric` is not positive definite; 2 at a non-finite
+// reward (the iterations made are written).
+int ahmc_tuned_hmc_block(const bs_model* m, void* tuner, int block_size, int n_iter,
+                         double max_grads, int metric, const double* inv_metric,
+                         uint64_t seed, double max_energy_error, double* x, double* grad,
+                         double* lp, int* n_done, double* step_size, int* num_steps_max,
+                         int* n_steps, double* draws, double* accept_prob, int* accepted,
+                         int* divergent, double* energy, double* lp_out, int* n_grad) {
+  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
+  const uint64_t golden = 0x9e3779b97f4a7c15ULL;
+  const Eigen::Index n = m->param_unc_num;
+  hmc_transitions chain(m, metric, inv_metric, seed, max_energy_error, x, grad, *lp);
+  if (!chain.ok()) return 1;
+  metric_norm norm(metric, inv_metric, n);
+  vector_d previous = Eigen::Map<const vector_d>(x, n), gamma(t->ndim());
+  double grads = 0;
+  int status = 0, i = 0;
+  for (uint64_t b = 0; i < n_iter && grads < max_grads; ++b) {
+    gamma = t->current();
+    const double eps = gamma[0];
+    const int steps = static_cast<int>(gamma[1]);
+    chain.reseed(mix64(seed + (2 * b + 1) * golden));
+    const int end = std::min(n_iter, i + block_size), start = i;
+    double jumps = 0;
+    for (; i < end; ++i) {
+      chain.step(i, eps, steps, true, n_steps, draws, nullptr, accept_prob, accepted,
+                 divergent, energy, lp_out, n_grad);
+      step_size[i] = eps;
+      num_steps_max[i] = steps;
+      grads += n_grad[i];
+      const Eigen::Map<const vector_d> row(draws + static_cast<size_t>(i) * n, n);
+      jumps += norm.squared(row - previous);
+      previous = row;
+    }
+    if (t->frozen()) continue;
+    const double reward = jumps / (end - start) / std::sqrt(static_cast<double>(steps));
+    const double u = static_cast<double>(mix64(seed + (2 * b + 2) * golden) >> 11) * 0x1.0p-53;
+    if (!t->update(gamma.data(), reward, u)) {
+      status = 2;
+      break;
+    }
+  }
+  *n_done = i;
+  chain.write_state(x, grad, lp);
+  return status;
 }
 
 }  // extern "C"

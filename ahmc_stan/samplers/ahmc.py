@@ -35,22 +35,28 @@ import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
 from ..metric import metric_record
-from ..tuning import Box, Dimension
+from ..tuning import Box, Dimension, NativeBayesOptTuner
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.hmc_warmup import METRICS, hmc_warmup
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
-                           run_tuned_blocks, tuning_extras)
+                           call_iterations, next_phase, run_tuned_blocks,
+                           tuning_extras)
 
-__all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "default_box", "esjd_reward"]
+__all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "run_native_tuned_blocks",
+           "default_box", "esjd_reward"]
+
+
+#: The names of γ = (ε, L) in AHMC's box.
+GAMMA = ("step_size", "num_steps")
 
 
 def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
     """Γ derived from the reference step size ε* (see the module docstring)."""
     eps = reference_step_size
     l_max = int(np.clip(math.ceil(2 * math.pi / eps), 10, max_num_steps))
-    return Box([Dimension("step_size", eps / 4, 1.5 * eps),
-                Dimension("num_steps", 1, l_max, integer=True)])
+    return Box([Dimension(GAMMA[0], eps / 4, 1.5 * eps),
+                Dimension(GAMMA[1], 1, l_max, integer=True)])
 
 
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
@@ -68,10 +74,12 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
-                 notes: Callable[[dict], None] | None = None, extra_window: int = 0):
+                 notes: Callable[[dict], None] | None = None, extra_window: int = 0,
+                 call_iterations: int | None = None, call_grads: float = math.inf):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
-    phase 0; ``progress(rec.n)`` every 25 iterations, ``notes`` and ``extra_window`` as
-    ``hmc_warmup``'s.  Returns (state, inverse metric, ε*)."""
+    phase 0; ``progress(rec.n)`` after every call into the kernel; ``notes``,
+    ``extra_window``, ``call_iterations`` and ``call_grads`` as ``hmc_warmup``'s.
+    Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
                 phase=0)
@@ -79,6 +87,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
     return hmc_warmup(kernel, rng, state, n_iter, metric, record,
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
                       restarts=restarts, notes=notes, extra_window=extra_window,
+                      call_iterations=call_iterations, call_grads=call_grads,
                       progress=None if progress is None else lambda: progress(rec.n))
 
 
@@ -96,6 +105,32 @@ def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
         return previous, info.positions
 
     return run_block
+
+
+def run_native_tuned_blocks(kernel: HMCKernel, tuner: NativeBayesOptTuner,
+                            rng: np.random.Generator, state, inv_metric, rec: ChainRecorder,
+                            *, warmup: int, draws: int, options: TuningOptions,
+                            progress: Callable[[int], None],
+                            callback: Callable | None = None) -> None:
+    """Algorithm 2's blocks from ``rec.n`` to ``warmup + draws`` iterations as
+    :func:`~.tuned_blocks.run_tuned_blocks` runs them, but with the blocks, their rewards
+    and the tuner's moves in C++ (:meth:`HMCKernel.tuned_run`): each call runs to the end
+    of the phase, through the whole blocks that fit in a tenth of the chain
+    (:func:`~.tuned_blocks.call_iterations`), or to the block in which it reaches
+    ``options.max_call_steps`` gradients, so Python only records, reports progress and
+    marks the start of sampling.  ``callback(rec)`` runs after every call."""
+    m = options.block_size or max(1, (warmup - rec.n) // options.k)
+    per_call = max(1, call_iterations(warmup, draws) // m) * m  # whole blocks
+    while rec.n < warmup + draws:
+        in_warmup = next_phase(tuner, rec, warmup, options, rec.chain_start)
+        remaining = (warmup if in_warmup else warmup + draws) - rec.n
+        state, steps = kernel.tuned_run(rng, state, inv_metric, tuner, m,
+                                        min(remaining, per_call), options.max_call_steps)
+        _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
+                phase=1 if in_warmup else 2)
+        progress(rec.n)
+        if callback is not None:
+            callback(rec)
 
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
@@ -181,7 +216,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             try:
                 state, inv_metric, eps_ref = _scale_phase(
                     kernel, rng, state, n_scale, metric, rec, max_num_steps, restarts,
-                    adapt_delta, progress, notes.update, (warmup - n_scale) // 2)
+                    adapt_delta, progress, notes.update, (warmup - n_scale) // 2,
+                    call_iterations(warmup, draws), options.max_call_steps)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
@@ -192,13 +228,19 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
                        "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
                                                 box.dims[1].high))}
-        tuner = options.make_tuner(box, rng, initial)
-        run_block = make_blocks(kernel, rng, state, inv_metric, rec)
-        rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
-            previous, positions, int(gamma["num_steps"]), inv_metric, m)
-        run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
-                         options=options, chain_start=rec.chain_start, progress=progress,
-                         callback=callback)
+        tuner = options.make_tuner(box, rng, initial, getattr(model, "density", None))
+        if (make_blocks is hmc_blocks and type(kernel) is HMCKernel
+                and isinstance(tuner, NativeBayesOptTuner) and box.names == GAMMA):
+            run_native_tuned_blocks(kernel, tuner, rng, state, inv_metric, rec,
+                                    warmup=warmup, draws=draws, options=options,
+                                    progress=progress, callback=callback)
+        else:
+            run_block = make_blocks(kernel, rng, state, inv_metric, rec)
+            rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
+                previous, positions, int(gamma["num_steps"]), inv_metric, m)
+            run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
+                             options=options, chain_start=rec.chain_start,
+                             progress=progress, callback=callback)
     return rec.finish({"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
                        "restarts": restarts.records,
                        "metric_fallback": notes.get("metric_fallback"), **tuning_extras(tuner)})

@@ -17,11 +17,21 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..metric import squared_jumps
-from ..tuning import BayesOptTuner, Box, Dimension
+from ..tuning import BayesOptTuner, Box, Dimension, NativeBayesOptTuner
 from .chain import ChainRecorder
 
 __all__ = ["TuningOptions", "as_box", "esjd_reward", "esjd_block_rewards", "run_tuned_blocks",
-           "tuning_extras"]
+           "next_phase", "tuning_extras", "call_iterations"]
+
+
+#: A call into C++ runs at most this share of a chain's iterations, so that progress
+#: (a line every 10 % outside a terminal), callbacks and Ctrl-C come at least as often.
+CALL_SHARE = 0.1
+
+
+def call_iterations(warmup: int, draws: int) -> int:
+    """The most iterations one call into C++ runs in a chain of ``warmup + draws``."""
+    return max(1, math.ceil(CALL_SHARE * (warmup + draws)))
 
 
 @dataclass(frozen=True)
@@ -59,18 +69,27 @@ class TuningOptions:
     schedule: str = "ahmc"
     lam: float = 0.01
     anneal_start: float = 0.5
+    #: The tuner in C++ (:class:`~ahmc_stan.tuning.native_tuner.NativeBayesOptTuner`)
+    #: where the maximiser is the grid and the model's library has it; AHMC then runs its
+    #: blocks and the tuner's moves in one call.  ``False``: the Python tuner.
+    native: bool = True
 
     def __post_init__(self):
         if not 0 < self.anneal_start <= 1:
             raise ValueError(f"anneal_start must be in (0, 1], not {self.anneal_start!r}")
 
-    def make_tuner(self, box: Box, rng: np.random.Generator, initial=None) -> BayesOptTuner:
+    def make_tuner(self, box: Box, rng: np.random.Generator, initial=None,
+                   density=None) -> BayesOptTuner:
+        """The tuner; in C++ (:attr:`native`) when ``density`` (a
+        :class:`~ahmc_stan.native.NativeDensity`) has it."""
         delay = max(1, math.ceil(self.anneal_start * self.k))
-        return BayesOptTuner(box, rng=rng, k=delay, alpha=self.alpha, kappa=self.kappa,
-                             delta=self.delta, initial=initial, maximizer=self.maximizer,
-                             schedule=self.schedule, lam=self.lam,
-                             grid_points=self.grid_points,
-                             grid_resolution=self.grid_resolution)
+        common = dict(rng=rng, k=delay, alpha=self.alpha, kappa=self.kappa, delta=self.delta,
+                      initial=initial, schedule=self.schedule, lam=self.lam,
+                      grid_points=self.grid_points, grid_resolution=self.grid_resolution)
+        if (self.native and self.maximizer == "grid" and density is not None
+                and density.native and self.schedule in ("ahmc", "exponential")):
+            return NativeBayesOptTuner(density, box, **common)
+        return BayesOptTuner(box, maximizer=self.maximizer, **common)
 
 
 def as_box(box) -> Box:
@@ -126,12 +145,7 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
     """
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
     while rec.n < warmup + draws:
-        in_warmup = rec.n < warmup
-        if not in_warmup and rec.sampling_start is None:
-            rec.mark_sampling_start(chain_start)
-            tuner.mark("sampling")
-            if not options.adapt_during_sampling:
-                tuner.freeze(to="best")
+        in_warmup = next_phase(tuner, rec, warmup, options, chain_start)
         remaining = (warmup if in_warmup else warmup + draws) - rec.n
         gamma = tuner.propose()
         per_unit = (unit_steps(gamma) if unit_steps is not None
@@ -147,15 +161,31 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
             callback(rec)
 
 
+def next_phase(tuner: BayesOptTuner, rec: ChainRecorder, warmup: int,
+               options: TuningOptions, chain_start: float) -> bool:
+    """Whether the chain's next iteration is a warmup one; at the first sampling
+    iteration, marks the start of sampling (the recorder's clock, the tuner's history) and
+    freezes the tuner at its best γ unless it adapts during sampling."""
+    if rec.n < warmup:
+        return True
+    if rec.sampling_start is None:
+        rec.mark_sampling_start(chain_start)
+        tuner.mark("sampling")
+        if not options.adapt_during_sampling:
+            tuner.freeze(to="best")
+    return False
+
+
 def tuning_extras(tuner: BayesOptTuner | None) -> dict:
-    """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata, and
+    """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata,
     ``gamma_moves_sampling``: how often γ moved during sampling (None if sampling did not
-    start)."""
+    start), and the seconds the tuner took (``tuner_seconds``; in sampling,
+    ``tuner_seconds_sampling``)."""
     if tuner is None:
         return {"box": None, "tuning_history": [], "gamma_moves_sampling": None}
     return {"box": [(d.name, d.low, d.high, d.integer) for d in tuner.box.dims],
             "gamma_moves_sampling": tuner.moves_since("sampling"),
-            "gp": {"kappa": tuner.kappa, "noise_var": tuner.gp.noise_var},
-            "tuning_history": [{"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
-                                "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}
-                               for r in tuner.history]}
+            "gp": {"kappa": tuner.kappa, "noise_var": tuner.noise_var},
+            "tuner_seconds": tuner.seconds,
+            "tuner_seconds_sampling": tuner.seconds_since("sampling"),
+            "tuning_history": tuner.history_table()}

@@ -4,6 +4,7 @@ The Bayesian-optimisation bandit of adaptive HMC (Wang, Mohamed & de Freitas, IC
 Section 3, Algorithm 2) and its thesis variant (Wang 2012, §3.3).  Nothing here knows about
 HMC or Stan; a sampler calls :meth:`BayesOptTuner.propose` before a block and
 :meth:`BayesOptTuner.update` with the block's reward after it.
+:class:`NativeBayesOptTuner` is the same tuner held in C++ in a model's library.
 """
 
 from .bayesopt import (
@@ -18,6 +19,7 @@ from .bayesopt import (
 )
 from .box import Box, Dimension
 from .gp import DEFAULT_NOISE_VAR, GaussianProcess, se_ard_kernel
+from .native_tuner import NativeBayesOptTuner
 
 __all__ = [
     "Box",
@@ -26,6 +28,7 @@ __all__ = [
     "se_ard_kernel",
     "DEFAULT_NOISE_VAR",
     "BayesOptTuner",
+    "NativeBayesOptTuner",
     "TunerRecord",
     "beta_schedule",
     "annealing_probability_ahmc",

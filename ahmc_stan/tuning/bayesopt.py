@@ -38,6 +38,7 @@ the thesis acquisition has no scale (``ū = μ + p_i β^{1/2} σ``), obtained wi
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -263,7 +264,7 @@ class BayesOptTuner:
         self.maximizer = maximizer
 
         # On the unit cube the paper's length scales κ(b_u − b_l) are κ in every dimension.
-        self.gp = GaussianProcess(np.full(box.ndim, self.kappa), noise_var=noise_var)
+        self._gp = GaussianProcess(np.full(box.ndim, self.kappa), noise_var=noise_var)
         start = box.center() if initial is None else initial
         self._current: np.ndarray = box.snap(start)
         self._i = 0
@@ -271,7 +272,10 @@ class BayesOptTuner:
         self._r_max = -math.inf
         self._frozen = False
         self._queued_u: list[float] = []  # uniforms drawn ahead by updates_until_move
-        self.history: list[TunerRecord] = []
+        #: Seconds spent in :meth:`update_many` (the GP and the moves).
+        self.seconds = 0.0
+        self._mark_seconds: dict[str, float] = {}
+        self._history: list[TunerRecord] = []
         #: name -> number of rewards received when the caller marked it (:meth:`mark`).
         self.marks: dict[str, int] = {}
 
@@ -280,6 +284,21 @@ class BayesOptTuner:
     def i(self) -> int:
         """Number of rewards received so far."""
         return self._i
+
+    @property
+    def gp(self) -> GaussianProcess:
+        """The GP surrogate of the rewards (:mod:`.gp`)."""
+        return self._gp
+
+    @property
+    def noise_var(self) -> float:
+        """The GP's observation-noise variance σ_η²."""
+        return self._gp.noise_var
+
+    @property
+    def history(self) -> list[TunerRecord]:
+        """One :class:`TunerRecord` per reward received."""
+        return self._history
 
     @property
     def s(self) -> float:
@@ -336,6 +355,7 @@ class BayesOptTuner:
         """The rewards of consecutive blocks all run at ``gamma``: exactly :meth:`update`
         called for each in turn (the same GP, uniforms, moves and history), with ``gamma``
         converted once and the GP given the rewards between two moves at once."""
+        start = time.perf_counter()
         rewards = [float(r) for r in rewards]
         bad = [r for r in rewards if not math.isfinite(r)]
         if bad:
@@ -369,11 +389,12 @@ class BayesOptTuner:
                 else:                                                      # line 14
                     self._current = np.array(x, dtype=float)
                     current = at
-            self.history.append(TunerRecord(i=i, gamma=dict(at), reward=reward, p=p,
+            self._history.append(TunerRecord(i=i, gamma=dict(at), reward=reward, p=p,
                                             moved=moved, s=self._s, beta=beta,
                                             next_gamma=dict(current)))
         if pending:
             self.gp.add_many(unit, pending)
+        self.seconds += time.perf_counter() - start
 
     def updates_until_move(self, n: int) -> int:
         """How many of the next ``n`` updates run up to and including the first that will
@@ -396,12 +417,24 @@ class BayesOptTuner:
         """Remember how many rewards have been received now, under ``name`` (e.g. the
         start of sampling), so the history can be split there."""
         self.marks[name] = self._i
+        self._mark_seconds[name] = self.seconds
+
+    def seconds_since(self, name: str) -> float | None:
+        """:attr:`seconds` spent after the mark ``name`` (None if unmarked)."""
+        return self.seconds - self._mark_seconds[name] if name in self.marks else None
 
     def moves_since(self, name: str) -> int | None:
         """Moves of γ made by the updates after the mark ``name`` (None if unmarked)."""
         if name not in self.marks:
             return None
         return sum(r.moved for r in self.history[self.marks[name]:])
+
+    def history_table(self) -> list[dict[str, Any]]:
+        """The history as a Fit's metadata keeps it: per reward ``i``, ``gamma_<name>``
+        of each dimension, ``reward``, ``p``, ``moved`` and ``s``."""
+        return [{"i": r.i, **{f"gamma_{k}": v for k, v in r.gamma.items()},
+                 "reward": r.reward, "p": r.p, "moved": r.moved, "s": r.s}
+                for r in self.history]
 
     def best(self) -> dict[str, Any]:
         """The tried γ with the highest posterior mean (the current γ if nothing is observed)."""

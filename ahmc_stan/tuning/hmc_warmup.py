@@ -19,7 +19,7 @@ metric of which only ε is adapted.  All metrics are estimated in Stan's windows
 75-iteration buffer lets a chain started far out reach the typical set first; earlier
 windows let a chain that is slow there bake its slowness into the metric).  With the
 gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
-doubled every :data:`REPORT_EVERY` iterations): their draws need only span the space, not
+doubled every :data:`EARLY_CAP_EVERY` iterations): their draws need only span the space, not
 be independent.  A gradient-based metric whose last window diverged in more than
 :data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
 the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
@@ -42,16 +42,15 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
                       regularized_inv_metric)
 
 __all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "metric_fallback", "AdaptedSteps",
-           "METRICS", "EARLY_MAX_STEPS", "FALLBACK_DIVERGENT"]
+           "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
-#: Gradient-based metrics: the cap on leapfrog steps in the first iterations of warmup
-#: (doubled every REPORT_EVERY iterations).
+#: Gradient-based metrics: the cap on leapfrog steps in the first iterations of warmup,
+#: doubled every EARLY_CAP_EVERY iterations.
 EARLY_MAX_STEPS = 10
+EARLY_CAP_EVERY = 25
 
-#: Iterations between progress reports (and so the longest call into the kernel).
-REPORT_EVERY = 25
 
 #: A gradient-based metric falls back to Stan's diagonal when more than this share of its
 #: last window's iterations (and more than two) diverged (:func:`metric_fallback`).
@@ -92,24 +91,27 @@ def _steps_bound(step_size, path_length: float, max_steps: int):
 
 
 def adapt_steps(kernel, rng: np.random.Generator, state, inv_metric, n_iter: int,
-                averager: DualAveraging, path_length: float, max_steps: int,
+                averager: DualAveraging, path_length: float, max_steps,
                 min_step_size: float = 0.0, want_grads: bool = False, jitter: bool = True,
-                step_jitter: float = 0.0):
+                step_jitter: float = 0.0, max_grads: float = math.inf):
     """Up to ``n_iter`` iterations, each at the averager's current ε with
     ``L_r ~ U{1..L}``, ``L = clamp(round(path_length/ε), 1, max_steps)`` (``max_steps``
-    when ``path_length`` <= 0; ``L_r = L`` without ``jitter``), the averager updated with
-    each acceptance probability; stops after an update takes ε below ``min_step_size``.
-    ``step_jitter`` = j > 0 runs each iteration at ε·U(1 − j, 1 + j) (Neal 2011,
-    §5.4.2.2).  Returns (state, :class:`AdaptedSteps`)."""
+    when ``path_length`` <= 0; ``L_r = L`` without ``jitter``; ``max_steps`` a number or
+    one per iteration), the averager updated with each acceptance probability; stops after
+    an update takes ε below ``min_step_size``, or after the iteration in which the
+    gradients reach ``max_grads``.  ``step_jitter`` = j > 0 runs each iteration at
+    ε·U(1 − j, 1 + j) (Neal 2011, §5.4.2.2).  Returns (state, :class:`AdaptedSteps`)."""
     if hasattr(kernel, "adapt_run"):
         return kernel.adapt_run(rng, state, inv_metric, n_iter, averager, path_length,
-                                max_steps, min_step_size, want_grads, jitter, step_jitter)
+                                max_steps, min_step_size, want_grads, jitter, step_jitter,
+                                max_grads)
     from ..hmc import HMCParameters, stack_infos
 
-    infos, sizes, bounds, grads = [], [], [], []
-    for _ in range(n_iter):
+    caps = np.broadcast_to(max_steps, (n_iter,))
+    infos, sizes, bounds, grads, n_grad = [], [], [], [], 0
+    for j in range(n_iter):
         eps = averager.step_size
-        bound = int(_steps_bound(eps, path_length, max_steps))
+        bound = int(_steps_bound(eps, path_length, int(caps[j])))
         if step_jitter:
             eps *= 1 + step_jitter * rng.uniform(-1, 1)
         state, info = kernel.step(rng, state, HMCParameters(
@@ -119,7 +121,10 @@ def adapt_steps(kernel, rng: np.random.Generator, state, inv_metric, n_iter: int
         bounds.append(bound)
         if want_grads:
             grads.append(state.logdensity_grad.copy())
+        n_grad += int(info.num_grad[0])
         if not averager.update(float(info.acceptance_rate[0])) >= min_step_size:
+            break
+        if n_grad >= max_grads:
             break
     return state, AdaptedSteps(stack_infos(infos), np.array(sizes), np.array(bounds),
                                np.array(grads) if want_grads else None)
@@ -134,25 +139,27 @@ def check_stuck(detector, steps: AdaptedSteps, averager: DualAveraging, done: in
 
     if detector is None:
         return
-    info, n = steps.info, len(steps.info.positions)
-    for j in range(n):
-        eps_next = steps.step_size[j + 1] if j + 1 < n else averager.step_size
-        reason = detector.update(eps_next, info.positions[j], float(info.acceptance_rate[j]),
-                                 float(info.logdensity[j]))
-        if reason is not None:
-            raise WarmupStuck(done + j + 1, reason)
+    info = steps.info
+    eps_next = np.append(steps.step_size[1:], averager.step_size)
+    found = detector.update_many(eps_next, info.positions, info.acceptance_rate,
+                                 info.logdensity)
+    if found is not None:
+        raise WarmupStuck(done + found[0] + 1, found[1])
 
 
 def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
                adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
                progress: Callable[[], None] | None = None,
-               notes: Callable[[dict], None] | None = None, extra_window: int = 0):
+               notes: Callable[[dict], None] | None = None, extra_window: int = 0,
+               call_iterations: int | None = None, call_grads: float = math.inf):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
-    (module docstring for ``metric``); ``record(steps)`` after every call into the
-    kernel, ``progress()`` every :data:`REPORT_EVERY` iterations.  With ``restarts`` (a
+    (module docstring for ``metric``); ``record(steps)`` and ``progress()`` after every
+    call into the kernel, which runs to the end of a window, through at most
+    ``call_iterations`` iterations, or to the iteration in which it reaches
+    ``call_grads`` gradients.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
     (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``; it
@@ -171,10 +178,11 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     window_start = {end: start for start, end in windows.items()}
     # with gradients, short paths at first: until the metric has settled a badly scaled
     # start makes ε tiny and 2/ε steps long
-    def cap(it):  # doubled every REPORT_EVERY iterations
+    def caps(it, n):  # of iterations it.., doubled every EARLY_CAP_EVERY iterations
         if not (from_gradients and windows):
             return max_num_steps
-        return min(max_num_steps, EARLY_MAX_STEPS * 2 ** min(it // REPORT_EVERY, 30))
+        doublings = np.minimum(np.arange(it, it + n) // EARLY_CAP_EVERY, 30)
+        return np.minimum(max_num_steps, EARLY_MAX_STEPS * 2 ** doublings)
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
         from ..hmc import HMCParameters
@@ -191,11 +199,12 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     estimator = metric  # "diag" after a fallback
     it = 0
     while it < n_iter:
-        stop = min([n_iter, (it // REPORT_EVERY + 1) * REPORT_EVERY,
+        stop = min([n_iter, it + (call_iterations or n_iter),
                     *[end for end in window_start if end > it]])
         floor = 0.0 if detector is None else detector.floor
         state, steps = adapt_steps(kernel, rng, state, inv_metric, stop - it, averager,
-                                   path_length, cap(it), floor, from_gradients)
+                                   path_length, caps(it, stop - it), floor, from_gradients,
+                                   max_grads=call_grads)
         record(steps)
         positions.append(steps.info.positions)
         divergent.append(steps.info.is_divergent)
@@ -203,7 +212,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             grads.append(steps.grads)
         check_stuck(detector, steps, averager, it)
         it += len(steps.info.positions)
-        if progress is not None and it % REPORT_EVERY == 0:
+        if progress is not None:
             progress()
         if it in window_start:
             start = window_start[it]

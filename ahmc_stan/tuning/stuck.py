@@ -113,33 +113,66 @@ class StuckDetector:
                lp: float = math.nan) -> str | None:
         """One iteration done: ``step_size`` is the ε adaptation chose next, ``position``
         the chain's state.  Returns why the chain is stuck, or None."""
-        self.iteration += 1
-        self._since_reference += 1
-        if math.isfinite(accept_stat):
-            self._accept_sum += min(1.0, accept_stat)
-        if self.reference > 0 and not step_size >= self.reference * 10 ** -self.collapse_orders:
-            orders = (math.inf if not step_size > 0
-                      else math.log10(self.reference / step_size))
-            return (f"step size collapsed from {self.reference:.3g} to {step_size:.3g} "
-                    f"({orders:.1f} orders of magnitude, limit {self.collapse_orders:g}) in "
-                    f"{self._since_reference} iterations, mean acceptance "
-                    f"{self._accept_sum / self._since_reference:.2f}; {_where(lp)}")
-        x = np.asarray(position, dtype=float)
-        np.minimum(self._low, x, out=self._low)
-        np.maximum(self._high, x, out=self._high)
-        self._block += 1
-        if self._block < self.window:
-            return None
-        scale = np.maximum(1.0, np.maximum(np.abs(self._low), np.abs(self._high)))
-        moved = float(np.max((self._high - self._low) / scale))
-        self._low.fill(np.inf)
-        self._high.fill(-np.inf)
-        self._block = 0
-        if moved <= self.frozen_tol:
-            return (f"no coordinate moved more than {moved:.3g} (relative; limit "
+        found = self.update_many([step_size], np.reshape(position, (1, -1)), [accept_stat],
+                                 [lp])
+        return None if found is None else found[1]
+
+    def update_many(self, step_sizes, positions: np.ndarray, accept_stats=None, lps=None
+                    ) -> tuple[int, str] | None:
+        """Iterations done, one row of ``positions`` each, ``step_sizes`` the ε chosen
+        after each: :meth:`update` for each in turn, stopping at the first stuck one.
+        Returns (its index, why), or None."""
+        eps = np.asarray(step_sizes, dtype=float)
+        n = len(eps)
+        accept = np.full(n, math.nan) if accept_stats is None else np.asarray(accept_stats, float)
+        lps = np.full(n, math.nan) if lps is None else np.asarray(lps, float)
+        floor = self.reference * 10 ** -self.collapse_orders
+        collapsed = np.flatnonzero(~(eps >= floor)) if self.reference > 0 else []
+        end = collapsed[0] if len(collapsed) else n  # rows fed to the frozen rule
+        reason, block0 = None, self._block
+        # the frozen rule's blocks that close within rows [0, end)
+        for close in range(self.window - block0 - 1, end, self.window):
+            start = max(0, close - self.window + 1)
+            block = positions[start:close + 1]
+            low = np.minimum(self._low, block.min(axis=0))
+            high = np.maximum(self._high, block.max(axis=0))
+            self._low.fill(np.inf)
+            self._high.fill(-np.inf)
+            self._block = 0
+            scale = np.maximum(1.0, np.maximum(np.abs(low), np.abs(high)))
+            moved = float(np.max((high - low) / scale))
+            if moved <= self.frozen_tol:
+                end, reason = close, (
+                    f"no coordinate moved more than {moved:.3g} (relative; limit "
                     f"{self.frozen_tol:g}) in {self.window} iterations at step size "
-                    f"{step_size:.3g}; {_where(lp)}")
+                    f"{eps[close]:.3g}; {_where(lps[close])}")
+                break
+        if reason is None and end < n:  # collapsed at row `end`
+            done = end + 1
+            self._count(done, accept[:done])
+            orders = math.inf if not eps[end] > 0 else math.log10(self.reference / eps[end])
+            return end, (
+                f"step size collapsed from {self.reference:.3g} to {eps[end]:.3g} "
+                f"({orders:.1f} orders of magnitude, limit {self.collapse_orders:g}) in "
+                f"{self._since_reference} iterations, mean acceptance "
+                f"{self._accept_sum / self._since_reference:.2f}; {_where(lps[end])}")
+        done = end + 1 if reason is not None else n
+        self._count(done, accept[:done])
+        if reason is not None:
+            return end, reason
+        tail = (block0 + n) % self.window
+        rest = positions[n - min(tail, n):n] if tail else positions[:0]
+        if len(rest):
+            np.minimum(self._low, rest.min(axis=0), out=self._low)
+            np.maximum(self._high, rest.max(axis=0), out=self._high)
+        self._block = tail
         return None
+
+    def _count(self, n: int, accept: np.ndarray) -> None:
+        self.iteration += n
+        self._since_reference += n
+        finite = accept[np.isfinite(accept)]
+        self._accept_sum += float(np.minimum(1.0, finite).sum())
 
 
 def _where(lp: float) -> str:
