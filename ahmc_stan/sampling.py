@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import gc
@@ -208,17 +209,36 @@ def _worker_sigint(signum, frame):
 
 
 def _init_worker():
-    """A chain worker: Ctrl-C handled by :func:`_worker_sigint`; BLAS single-threaded for
-    the worker's life (the chains are the parallelism) and touched once here, so that its
-    start-up in a new process (thread pool, buffers copied on write after the fork: about
-    0.1 s with threads, 20 ms without) is the worker's cost, not its first chain's."""
+    """A chain worker: Ctrl-C handled by :func:`_worker_sigint`; BLAS without threads
+    (:func:`_blas_without_threads`)."""
     signal.signal(signal.SIGINT, _worker_sigint)
+    _blas_without_threads()
+
+
+def _blas_without_threads() -> None:
+    """OpenBLAS (numpy's and SciPy's) with no thread pool in this forked worker, whose
+    chains are the parallelism.  After a fork OpenBLAS builds its pool again at the first
+    BLAS call — or when told to use one thread (``openblas_set_num_threads``, which
+    threadpoolctl's ``limit`` calls) — with a thread per core that spins for about 0.1 s
+    of CPU each time it is woken: two workers on two cores then run their first chains at
+    a third of their speed (measured: a 10-d normal's 4 chains took 100-120 ms instead of
+    35).  Setting the pool's size (``blas_num_threads``) and the threads to use
+    (``blas_cpu_number``) to 1 before any BLAS call leaves the pool empty; where a BLAS
+    lacks these symbols, threadpoolctl's limit for the worker's life."""
+    pools = _threadpools()
+    for lib in pools.info():
+        if lib.get("internal_api") != "openblas":
+            continue
+        try:
+            handle = ctypes.CDLL(lib["filepath"])
+            for name in ("blas_num_threads", "blas_cpu_number"):
+                ctypes.c_int.in_dll(handle, name).value = 1
+        except (OSError, ValueError):
+            break
+    else:
+        return
     global _WORKER_BLAS_LIMIT
-    _WORKER_BLAS_LIMIT = _threadpools().limit(limits=1, user_api="blas")
-    a = np.eye(8) + 0.1
-    np.linalg.svd(a)
-    np.linalg.eigh(a)
-    np.linalg.solve(a, a)
+    _WORKER_BLAS_LIMIT = pools.limit(limits=1, user_api="blas")
 
 
 class OutOfTime(KeyboardInterrupt):

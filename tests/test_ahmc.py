@@ -327,3 +327,27 @@ def test_interrupt_in_a_later_chains_warmup_keeps_the_finished_chains(gauss2d):
     assert [d["chain"] for d in fit.metadata["dropped_chains"]] == [3]
     assert 100 <= fit.metadata["dropped_chains"][0]["warmup_iterations"] < 200
     assert [c["chain"] for c in fit.metadata["chains"]] == [1, 2]
+
+
+def _threads_after_blas() -> int:
+    import scipy.linalg
+
+    a = np.random.default_rng(0).normal(size=(300, 300))
+    np.linalg.svd(a)
+    scipy.linalg.eigh(a @ a.T)
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_chain_workers_run_blas_without_a_thread_pool():
+    """A forked chain worker does BLAS and LAPACK without OpenBLAS's thread pool, whose
+    threads spin for ~0.1 s of CPU each and slowed the other worker's chains threefold."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from ahmc_stan.sampling import _init_worker
+
+    np.ones((300, 300)) @ np.ones((300, 300))  # this process's pool is up
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                                initializer=_init_worker) as pool:
+        assert pool.submit(_threads_after_blas).result() == 1

@@ -24,6 +24,12 @@ One chain runs in two warmup phases and a sampling phase:
 Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] and L ∈ {1..L_max} with
 ``L_max = clip(ceil(2π/ε*), 10, max_num_steps)``, so that the mean path ``εL/2`` can reach
 half a period (π) of a unit-scale Gaussian direction at the reference step size.
+
+Where it runs: phase 1 a metric window per call into C++ (``ahmc_hmc_adapt_block``);
+phases 2 and 3, blocks, rewards and the tuner's moves together, in calls of up to a tenth
+of the chain (:func:`run_native_tuned_blocks`, the tuner in C++:
+:class:`~ahmc_stan.tuning.native_tuner.NativeBayesOptTuner`).  ``native=False`` keeps
+the Python tuner (the reference), with a call into C++ per move.
 """
 
 from __future__ import annotations
