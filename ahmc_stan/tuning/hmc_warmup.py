@@ -5,10 +5,10 @@ searches a box around the reference step size ε* this phase ends with).
 
 :func:`hmc_warmup` proposes parameters only: it runs a kernel, reports every block of
 iterations to ``record`` and returns the adapted inverse metric and ε*.  A kernel with
-``adapt_run`` (:class:`~ahmc_stan.hmc.HMCKernel`: dual averaging inside the C++ block,
-``ahmc_hmc_adapt_block``) runs each stretch between metric updates and progress reports in
-one call; any other kernel with ``step`` (RMHMC) runs one iteration per call with the same
-rule and draws from the same Generator.
+``adapt_run`` (:class:`~ahmc_stan.hmc.HMCKernel`: dual averaging and the cap on leapfrog
+steps inside the C++ block, ``ahmc_hmc_adapt_block``) runs each metric window (or at most
+``call_iterations`` iterations) in one call; any other kernel with ``step`` (RMHMC) runs
+one iteration per call with the same rule and draws from the same Generator.
 
 Metrics: ``"identity"``; ``"diag"``/``"dense"``, Stan's regularised covariance of each
 window's draws; ``"fisher"``, the diagonal from draws and gradients
