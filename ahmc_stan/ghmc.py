@@ -198,11 +198,36 @@ class GHMCKernel:
     def _run_native(self, rng, x, grad, lp, p, params: HMCParameters, n_iter: int
                     ) -> tuple[GHMCState, GHMCInfo]:
         """:meth:`run` in one C++ call, from a seed drawn from ``rng``."""
-        verlet = self.native_integrator.verlet
         lp, out, _ = self.density.ghmc_block(
             params.step_size, params.num_steps, params.jitter, self.inv_metric,
             self.num_candidates or 0, int(rng.integers(0, 2**63)), n_iter,
-            self.max_energy_error, x, grad, lp, p, verlet=verlet)
+            self.max_energy_error, x, grad, lp, p, verlet=self.native_integrator.verlet)
+        return GHMCState(x, lp, grad, p), self._native_info(out)
+
+    def tuned_run(self, rng: np.random.Generator, state: GHMCState, tuner, block_size: int,
+                  n_iter: int, max_grads: float):
+        """:meth:`ahmc_stan.hmc.HMCKernel.tuned_run` for generalised HMC (a native kernel
+        only): up to ``n_iter`` iterations of AHMC's Algorithm 2 in one C++ call
+        (``ahmc_tuned_ghmc_block``), the momentum carried through.  Returns (state,
+        :class:`~ahmc_stan.tuning.hmc_warmup.AdaptedSteps`)."""
+        from .tuning.hmc_warmup import AdaptedSteps
+
+        x, grad = state.position.copy(), state.logdensity_grad.copy()
+        p = (self.fresh_momentum(rng, len(x)) if state.momentum is None
+             else state.momentum.copy())
+        lp, out = self.density.tuned_ghmc_block(
+            tuner.handle, block_size, n_iter, max_grads, self.inv_metric,
+            self.num_candidates or 0, int(rng.integers(0, 2**63)), self.max_energy_error,
+            x, grad, state.logdensity, p, verlet=self.native_integrator.verlet)
+        tuner.sync()
+        return GHMCState(x, lp, grad, p), AdaptedSteps(
+            self._native_info(out), out["step_size"], out["num_steps_max"].astype(int), None)
+
+    def _native_info(self, out: dict) -> GHMCInfo:
+        """The :class:`GHMCInfo` of a C++ block's outputs; evaluations the trajectory made
+        outside it (``take_pending``) are charged to its first iteration."""
+        verlet = self.native_integrator.verlet
+        n_iter = len(out["n_grad"])
         n_grad = out["n_grad"].astype(int)
         counts = {} if verlet is None else {"n_hvp": out["n_hvp"].astype(int)}
         take_pending = getattr(self.trajectory, "take_pending", None)
@@ -211,7 +236,6 @@ class GHMCKernel:
             n_grad[0] += pending.get("n_grad", 0)
             for k in counts:
                 counts[k][0] += pending.get(k, 0)
-        info = GHMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
+        return GHMCInfo(out["draws"], out["accept_prob"], out["accepted"].astype(bool),
                         out["divergent"].astype(bool), out["n_steps"], n_grad,
                         out["energy"], out["lp"], counts)
-        return GHMCState(x, lp, grad, p), info

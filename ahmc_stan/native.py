@@ -41,6 +41,8 @@ SIGNATURES: dict[str, tuple] = {
                                     *[_ptr] * 17]),
     "ahmc_tuned_hmc_block": (_int, [_ptr, _ptr, _int, _int, _double, _int, _ptr,
                                     ctypes.c_uint64, _double, *[_ptr] * 14]),
+    "ahmc_tuned_ghmc_block": (_int, [_ptr, _ptr, _int, _int, _double, _int, _ptr, _int,
+                                     _ptr, ctypes.c_uint64, _double, *[_ptr] * 16]),
     "ahmc_bo_new": (_ptr, [_int, _ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr, _ptr]),
     "ahmc_bo_free": (None, [_ptr]),
     "ahmc_bo_update": (_int, [_ptr, _ptr, _int, _ptr, _ptr]),
@@ -284,6 +286,37 @@ class NativeDensity:
             out["n_steps"].ctypes.data, *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS),
             out["n_hvp"].ctypes.data, None if noise is None else noise.ctypes.data)
         return self._lp.value, out, noise
+
+    def tuned_ghmc_block(self, tuner: int, block_size: int, n_iter: int, max_grads: float,
+                         inv_metric: np.ndarray | None, num_candidates: int, seed: int,
+                         max_energy_error: float, x: np.ndarray, grad: np.ndarray,
+                         lp: float, p: np.ndarray,
+                         verlet: tuple[float, float, float, int] | None = None
+                         ) -> tuple[float, dict]:
+        """:meth:`tuned_hmc_block` over generalised HMC (``ahmc_tuned_ghmc_block``; the
+        iterations of :meth:`ghmc_block`, the momentum ``p`` updated in place); the
+        per-iteration arrays also hold ``n_hvp``."""
+        out = self._block_outputs(n_iter)
+        out["step_size"] = np.empty(n_iter)
+        out["num_steps_max"] = np.empty(n_iter, np.intc)
+        out["n_hvp"] = np.zeros(n_iter, np.intc)
+        kind, ptr = metric_args(inv_metric)
+        if kind > 1:
+            raise ValueError("generalised HMC here needs an identity or diagonal metric")
+        options = None if verlet is None else np.array(verlet, dtype=float)
+        n_done = ctypes.c_int()
+        self._lp.value = lp
+        status = self.entry("ahmc_tuned_ghmc_block")(
+            self._handle, tuner, int(block_size), int(n_iter), float(max_grads), kind, ptr,
+            int(num_candidates), None if options is None else options.ctypes.data, seed,
+            max_energy_error, x.ctypes.data, grad.ctypes.data, self._lp_ptr, p.ctypes.data,
+            ctypes.addressof(n_done), out["step_size"].ctypes.data,
+            out["num_steps_max"].ctypes.data, out["n_steps"].ctypes.data,
+            *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS), out["n_hvp"].ctypes.data)
+        if status == 2:
+            raise ValueError("reward must be finite: a block's mean squared jump is not")
+        n = n_done.value
+        return self._lp.value, {k: v[:n] for k, v in out.items()}
 
     #: Columns of the statistics of :meth:`mh_block`, in ``ahmc_mh_block``'s order.
     MH_STATS = ("accept_stat", "accepted", "n_grad", "n_density", "n_hvp", "lp", "step_size",

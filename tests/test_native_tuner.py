@@ -225,3 +225,54 @@ def test_python_tuner_option_gives_the_same_posterior(gauss2d):
                           progress=False, native=False)
     assert_moments(fit.params, np.zeros(2), np.ones(2))
     assert len(fit.metadata["chains"][0]["tuning_history"]) == 100 + 2000 // 5
+
+
+@pytest.mark.parametrize("case", ["ohmc", "svhmc"])
+def test_tuned_ghmc_block_is_the_ghmc_blocks_with_the_tuners_moves(mvn_model, case):
+    """``ahmc_tuned_ghmc_block``: block b's iterations are ``ahmc_ghmc_block``'s from the
+    seed the call derives for it, the momentum carried from block to block (OHMC's
+    ordered overrelaxation; SVHMC's adaptive Störmer–Verlet with its fresh momentum)."""
+    from ahmc_stan.ghmc import GHMCKernel
+    from ahmc_stan.samplers.ohmc import leapfrog_trajectory
+    from ahmc_stan.samplers.svhmc import AdaptiveVerlet, hessian_vector
+
+    density = mvn_model.density
+    inv_metric = np.linspace(0.5, 2.0, mvn_model.dims)
+    if case == "ohmc":
+        trajectory, k = leapfrog_trajectory(density, None, None, inv_metric, None), 5
+    else:
+        trajectory, k = AdaptiveVerlet(density, hessian_vector(mvn_model, "gradient"),
+                                       inv_metric, 3.0, 0.5, 0.1), None
+    kernel = GHMCKernel(density, trajectory, inv_metric, k, native=True)
+    state = kernel.init(np.array([0.5, -1.0, 2.0]), np.random.default_rng(0))
+    reference, native = make_pair(density, k=8)
+    seed = int(np.random.default_rng(4).integers(0, 2**63))
+    m, n_iter = 4, 61
+    end, steps = kernel.tuned_run(np.random.default_rng(4), state, native, m, n_iter,
+                                  math.inf)
+    x, grad, lp, p = (state.position.copy(), state.logdensity_grad.copy(),
+                      state.logdensity, state.momentum.copy())
+    rows = native.history_array()
+    verlet = kernel.native_integrator.verlet
+    for b, start in enumerate(range(0, n_iter, m)):
+        nb = min(m, n_iter - start)
+        block = slice(start, start + nb)
+        eps, L = steps.step_size[start], int(steps.num_steps_max[start])
+        assert (steps.step_size[block] == eps).all()
+        assert (steps.num_steps_max[block] == L).all()
+        lp, out, _ = density.ghmc_block(eps, L, True, inv_metric, k or 0,
+                                        mix64(seed + (2 * b + 1) * GOLDEN), nb,
+                                        kernel.max_energy_error, x, grad, lp, p,
+                                        verlet=verlet)
+        np.testing.assert_array_equal(out["draws"], steps.info.positions[block])
+        np.testing.assert_array_equal(out["n_grad"], steps.info.num_grad[block])
+        assert rows[b, 1] == eps and rows[b, 2] == L  # the reward went to this γ
+        reference._queued_u = [rows[b, -1]]
+        reference._current = reference.box.snap({"step_size": eps, "num_steps": L})
+        reference.update({"step_size": eps, "num_steps": L}, rows[b, 3])
+        mine = native.box.to_dict(rows[b, 8:10])
+        if mine != reference.propose():
+            assert same_move(reference, mine)
+    np.testing.assert_array_equal(end.position, x)
+    np.testing.assert_array_equal(end.momentum, p)
+    assert native.i == len(rows) == -(-n_iter // m)

@@ -963,6 +963,46 @@ uint64_t mix64(uint64_t z) {  // splitmix64's output function
   return z ^ (z >> 31);
 }
 
+// Algorithm 2's loop (ahmc_tuned_hmc_block describes it) over any `chain` with
+// reseed(seed) and step(i, eps, L), which makes iteration i at step size eps with L_r ~
+// Uniform{1..L}, writes its state to row i of `draws` and returns its gradient
+// evaluations.  Returns 0, or 2 at a non-finite reward; `*n_done`: iterations made.
+template <class Chain>
+int tuned_blocks(Chain& chain, ahmc_tuner::bo_tuner* t, int block_size, int n_iter,
+                 double max_grads, metric_norm& norm, uint64_t seed, const double* x,
+                 Eigen::Index n, double* draws, double* step_size, int* num_steps_max,
+                 int* n_done) {
+  const uint64_t golden = 0x9e3779b97f4a7c15ULL;
+  vector_d previous = Eigen::Map<const vector_d>(x, n), gamma(t->ndim());
+  double grads = 0;
+  int status = 0, i = 0;
+  for (uint64_t b = 0; i < n_iter && grads < max_grads; ++b) {
+    gamma = t->current();
+    const double eps = gamma[0];
+    const int steps = static_cast<int>(gamma[1]);
+    chain.reseed(mix64(seed + (2 * b + 1) * golden));
+    const int end = std::min(n_iter, i + block_size), start = i;
+    double jumps = 0;
+    for (; i < end; ++i) {
+      grads += chain.step(i, eps, steps);
+      step_size[i] = eps;
+      num_steps_max[i] = steps;
+      const Eigen::Map<const vector_d> row(draws + static_cast<size_t>(i) * n, n);
+      jumps += norm.squared(row - previous);
+      previous = row;
+    }
+    if (t->frozen()) continue;
+    const double reward = jumps / (end - start) / std::sqrt(static_cast<double>(steps));
+    const double u = static_cast<double>(mix64(seed + (2 * b + 2) * golden) >> 11) * 0x1.0p-53;
+    if (!t->update(gamma.data(), reward, u)) {
+      status = 2;
+      break;
+    }
+  }
+  *n_done = i;
+  return status;
+}
+
 }  // namespace
 
 extern "C" {
@@ -1056,41 +1096,24 @@ int ahmc_tuned_hmc_block(const bs_model* m, void* tuner, int block_size, int n_i
                          double* lp, int* n_done, double* step_size, int* num_steps_max,
                          int* n_steps, double* draws, double* accept_prob, int* accepted,
                          int* divergent, double* energy, double* lp_out, int* n_grad) {
-  auto* t = static_cast<ahmc_tuner::bo_tuner*>(tuner);
-  const uint64_t golden = 0x9e3779b97f4a7c15ULL;
   const Eigen::Index n = m->param_unc_num;
   hmc_transitions chain(m, metric, inv_metric, seed, max_energy_error, x, grad, *lp);
   if (!chain.ok()) return 1;
-  metric_norm norm(metric, inv_metric, n);
-  vector_d previous = Eigen::Map<const vector_d>(x, n), gamma(t->ndim());
-  double grads = 0;
-  int status = 0, i = 0;
-  for (uint64_t b = 0; i < n_iter && grads < max_grads; ++b) {
-    gamma = t->current();
-    const double eps = gamma[0];
-    const int steps = static_cast<int>(gamma[1]);
-    chain.reseed(mix64(seed + (2 * b + 1) * golden));
-    const int end = std::min(n_iter, i + block_size), start = i;
-    double jumps = 0;
-    for (; i < end; ++i) {
+  struct {
+    hmc_transitions& chain;
+    int *n_steps, *accepted, *divergent, *n_grad;
+    double *draws, *accept_prob, *energy, *lp_out;
+    void reseed(uint64_t seed) { chain.reseed(seed); }
+    int step(int i, double eps, int steps) {
       chain.step(i, eps, steps, true, n_steps, draws, nullptr, accept_prob, accepted,
                  divergent, energy, lp_out, n_grad);
-      step_size[i] = eps;
-      num_steps_max[i] = steps;
-      grads += n_grad[i];
-      const Eigen::Map<const vector_d> row(draws + static_cast<size_t>(i) * n, n);
-      jumps += norm.squared(row - previous);
-      previous = row;
+      return n_grad[i];
     }
-    if (t->frozen()) continue;
-    const double reward = jumps / (end - start) / std::sqrt(static_cast<double>(steps));
-    const double u = static_cast<double>(mix64(seed + (2 * b + 2) * golden) >> 11) * 0x1.0p-53;
-    if (!t->update(gamma.data(), reward, u)) {
-      status = 2;
-      break;
-    }
-  }
-  *n_done = i;
+  } steps{chain, n_steps, accepted, divergent, n_grad, draws, accept_prob, energy, lp_out};
+  metric_norm norm(metric, inv_metric, n);
+  const int status = tuned_blocks(steps, static_cast<ahmc_tuner::bo_tuner*>(tuner),
+                                  block_size, n_iter, max_grads, norm, seed, x, n, draws,
+                                  step_size, num_steps_max, n_done);
   chain.write_state(x, grad, lp);
   return status;
 }
@@ -1217,6 +1240,110 @@ class adaptive_verlet {
   vector_d v_, w_, g_half_, shifted_, g_other_;
 };
 
+// Generalised HMC's transitions (ahmc_ghmc_block describes them) from the state (x,
+// grad, lp, p), shared by ahmc_ghmc_block and ahmc_tuned_ghmc_block.
+class ghmc_transitions {
+ public:
+  ghmc_transitions(const bs_model* m, int metric, const double* inv_metric,
+                   int num_candidates, const double* verlet, uint64_t seed,
+                   double max_energy_error, const double* x, const double* grad, double lp,
+                   const double* p)
+      : m_(m), n_(m->param_unc_num), k_(num_candidates), metric_(metric),
+        inv_metric_(inv_metric), max_energy_error_(max_energy_error), rng_(seed),
+        xc_(Eigen::Map<const vector_d>(x, n_)), gc_(Eigen::Map<const vector_d>(grad, n_)),
+        pc_(Eigen::Map<const vector_d>(p, n_)), xn_(n_), gn_(n_), pn_(n_), work_(n_),
+        cand_(static_cast<size_t>(k_ > 0 ? k_ : 1) * n_), column_(k_ + 1), lpc_(lp) {
+    if (verlet) sv_ = std::make_unique<adaptive_verlet>(m, metric, inv_metric, verlet);
+  }
+  void reseed(uint64_t seed) { rng_ = block_rng(seed); }
+
+  // Iteration i: writes row i of the outputs (`n_hvp` nullable); `noise` (nullable)
+  // gets the iteration's random numbers and is advanced past them.
+  void step(int i, double eps, int max_steps, bool jitter, int* n_steps, double* draws,
+            double* accept_prob, int* accepted, int* divergent, double* energy,
+            double* lp_out, int* n_grad, int* n_hvp, double*& noise) {
+    const int n = n_, k = k_;
+    n_steps[i] = jitter ? rng_.uniform_int(1, max_steps) : max_steps;
+    for (double& c : cand_) c = rng_.normal();
+    for (int j = 0; j < n; ++j) {
+      if (k == 0) {  // a fresh momentum
+        pc_[j] = metric_ == 1 ? cand_[j] / std::sqrt(inv_metric_[j]) : cand_[j];
+        continue;
+      }
+      const double sd = metric_ == 1 ? 1.0 / std::sqrt(inv_metric_[j]) : 1.0;
+      const double z = pc_[j] / sd;  // p*_j = -OR(p)_j
+      int below = 0;
+      for (int c = 0; c < k; ++c) {
+        column_[c] = cand_[static_cast<size_t>(c) * n + j];
+        below += column_[c] < z;
+      }
+      column_[k] = z;
+      std::nth_element(column_.begin(), column_.begin() + (k - below), column_.end());
+      pc_[j] = -column_[k - below] * sd;
+    }
+    const double rho_noise = sv_ ? rng_.normal() : 0.0;
+    const double u = rng_.uniform_positive();
+    if (noise) {
+      noise[0] = n_steps[i];
+      std::copy(cand_.begin(), cand_.end(), noise + 1);
+      noise += cand_.size() + 1;
+      if (sv_) *noise++ = rho_noise;
+      *noise++ = u;
+    }
+    const double h0 = -lpc_ + kinetic_energy(metric_, inv_metric_, pc_, work_);
+    xn_ = xc_;
+    pn_ = pc_;
+    gn_ = gc_;
+    double lpn = lpc_, log_w = 0.0;
+    int hvps = 0;
+    if (sv_) {
+      n_grad[i] = 0;
+      lpn = sv_->trajectory(n_steps[i], eps, rho_noise, xn_, pn_, gn_, lpc_, &log_w,
+                            &n_grad[i], &hvps);
+    } else {
+      n_grad[i] = leapfrog(m_, n_steps[i], eps, metric_, inv_metric_, xn_, pn_, gn_, &lpn,
+                           work_);
+    }
+    if (n_hvp) n_hvp[i] = hvps;
+    const double h1 = -lpn + kinetic_energy(metric_, inv_metric_, pn_, work_);
+    const double log_ratio = h0 - h1 + log_w;
+    const bool finite = std::isfinite(log_ratio);
+    accept_prob[i] = finite ? std::exp(std::min(0.0, log_ratio)) : 0.0;
+    divergent[i] = !finite || h1 - h0 > max_energy_error_;
+    accepted[i] = finite && std::log(u) < log_ratio;
+    if (accepted[i]) {
+      xc_.swap(xn_);
+      gc_.swap(gn_);
+      pc_.swap(pn_);
+      lpc_ = lpn;
+      energy[i] = h1;
+    } else {
+      pc_ = -pc_;  // the momentum flip on rejection
+      energy[i] = h0;
+    }
+    std::copy(xc_.data(), xc_.data() + n, draws + static_cast<size_t>(i) * n);
+    lp_out[i] = lpc_;
+  }
+
+  void write_state(double* x, double* grad, double* lp, double* p) const {
+    std::copy(xc_.data(), xc_.data() + n_, x);
+    std::copy(gc_.data(), gc_.data() + n_, grad);
+    std::copy(pc_.data(), pc_.data() + n_, p);
+    *lp = lpc_;
+  }
+
+ private:
+  const bs_model* m_;
+  int n_, k_, metric_;
+  const double* inv_metric_;
+  double max_energy_error_;
+  block_rng rng_;
+  vector_d xc_, gc_, pc_, xn_, gn_, pn_, work_;
+  std::vector<double> cand_, column_;
+  std::unique_ptr<adaptive_verlet> sv_;
+  double lpc_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -1247,80 +1374,52 @@ int ahmc_ghmc_block(const bs_model* m, int n_iter, double eps, int max_steps, in
                     double* energy, double* lp_out, int* n_grad, int* n_hvp,
                     double* noise) {
   if (metric != 0 && metric != 1) return 1;
-  const int n = m->param_unc_num, k = num_candidates;
-  block_rng rng(seed);
-  vector_d xc = Eigen::Map<const vector_d>(x, n), gc = Eigen::Map<const vector_d>(grad, n),
-           pc = Eigen::Map<const vector_d>(p, n), xn(n), gn(n), pn(n), work(n);
-  std::vector<double> cand(static_cast<size_t>(k > 0 ? k : 1) * n), column(k + 1);
-  std::unique_ptr<adaptive_verlet> sv;
-  if (verlet) sv = std::make_unique<adaptive_verlet>(m, metric, inv_metric, verlet);
-  double lpc = *lp;
+  ghmc_transitions chain(m, metric, inv_metric, num_candidates, verlet, seed,
+                         max_energy_error, x, grad, *lp, p);
   for (int i = 0; i < n_iter; ++i) {
-    n_steps[i] = jitter ? rng.uniform_int(1, max_steps) : max_steps;
-    for (double& c : cand) c = rng.normal();
-    for (int j = 0; j < n; ++j) {
-      if (k == 0) {  // a fresh momentum
-        pc[j] = metric == 1 ? cand[j] / std::sqrt(inv_metric[j]) : cand[j];
-        continue;
-      }
-      const double sd = metric == 1 ? 1.0 / std::sqrt(inv_metric[j]) : 1.0;
-      const double z = pc[j] / sd;  // p*_j = -OR(p)_j
-      int below = 0;
-      for (int c = 0; c < k; ++c) {
-        column[c] = cand[static_cast<size_t>(c) * n + j];
-        below += column[c] < z;
-      }
-      column[k] = z;
-      std::nth_element(column.begin(), column.begin() + (k - below), column.end());
-      pc[j] = -column[k - below] * sd;
-    }
-    const double rho_noise = sv ? rng.normal() : 0.0;
-    const double u = rng.uniform_positive();
-    if (noise) {
-      noise[0] = n_steps[i];
-      std::copy(cand.begin(), cand.end(), noise + 1);
-      noise += cand.size() + 1;
-      if (sv) *noise++ = rho_noise;
-      *noise++ = u;
-    }
-    const double h0 = -lpc + kinetic_energy(metric, inv_metric, pc, work);
-    xn = xc;
-    pn = pc;
-    gn = gc;
-    double lpn = lpc, log_w = 0.0;
-    int hvps = 0;
-    if (sv) {
-      n_grad[i] = 0;
-      lpn = sv->trajectory(n_steps[i], eps, rho_noise, xn, pn, gn, lpc, &log_w, &n_grad[i],
-                           &hvps);
-    } else {
-      n_grad[i] = leapfrog(m, n_steps[i], eps, metric, inv_metric, xn, pn, gn, &lpn, work);
-    }
-    if (n_hvp) n_hvp[i] = hvps;
-    const double h1 = -lpn + kinetic_energy(metric, inv_metric, pn, work);
-    const double log_ratio = h0 - h1 + log_w;
-    const bool finite = std::isfinite(log_ratio);
-    accept_prob[i] = finite ? std::exp(std::min(0.0, log_ratio)) : 0.0;
-    divergent[i] = !finite || h1 - h0 > max_energy_error;
-    accepted[i] = finite && std::log(u) < log_ratio;
-    if (accepted[i]) {
-      xc.swap(xn);
-      gc.swap(gn);
-      pc.swap(pn);
-      lpc = lpn;
-      energy[i] = h1;
-    } else {
-      pc = -pc;  // the momentum flip on rejection
-      energy[i] = h0;
-    }
-    std::copy(xc.data(), xc.data() + n, draws + static_cast<size_t>(i) * n);
-    lp_out[i] = lpc;
+    chain.step(i, eps, max_steps, jitter, n_steps, draws, accept_prob, accepted, divergent,
+               energy, lp_out, n_grad, n_hvp, noise);
   }
-  std::copy(xc.data(), xc.data() + n, x);
-  std::copy(gc.data(), gc.data() + n, grad);
-  std::copy(pc.data(), pc.data() + n, p);
-  *lp = lpc;
+  chain.write_state(x, grad, lp, p);
   return 0;
+}
+
+// AHMC's Algorithm 2 (ahmc_tuned_hmc_block) over generalised HMC (ahmc_ghmc_block): the
+// blocks' iterations are ahmc_ghmc_block's, block b from the seed ahmc_tuned_hmc_block
+// derives for it, the momentum carried from block to block; the arguments are
+// ahmc_ghmc_block's and ahmc_tuned_hmc_block's.  Returns 0; 1 for a metric other than
+// the identity or a diagonal; 2 at a non-finite reward.
+int ahmc_tuned_ghmc_block(const bs_model* m, void* tuner, int block_size, int n_iter,
+                          double max_grads, int metric, const double* inv_metric,
+                          int num_candidates, const double* verlet, uint64_t seed,
+                          double max_energy_error, double* x, double* grad, double* lp,
+                          double* p, int* n_done, double* step_size, int* num_steps_max,
+                          int* n_steps, double* draws, double* accept_prob, int* accepted,
+                          int* divergent, double* energy, double* lp_out, int* n_grad,
+                          int* n_hvp) {
+  if (metric != 0 && metric != 1) return 1;
+  const Eigen::Index n = m->param_unc_num;
+  ghmc_transitions chain(m, metric, inv_metric, num_candidates, verlet, seed,
+                         max_energy_error, x, grad, *lp, p);
+  struct {
+    ghmc_transitions& chain;
+    int *n_steps, *accepted, *divergent, *n_grad, *n_hvp;
+    double *draws, *accept_prob, *energy, *lp_out;
+    void reseed(uint64_t seed) { chain.reseed(seed); }
+    int step(int i, double eps, int steps) {
+      double* no_noise = nullptr;
+      chain.step(i, eps, steps, true, n_steps, draws, accept_prob, accepted, divergent,
+                 energy, lp_out, n_grad, n_hvp, no_noise);
+      return n_grad[i];
+    }
+  } steps{chain, n_steps, accepted, divergent, n_grad, n_hvp, draws, accept_prob, energy,
+          lp_out};
+  metric_norm norm(metric, inv_metric, n);
+  const int status = tuned_blocks(steps, static_cast<ahmc_tuner::bo_tuner*>(tuner),
+                                  block_size, n_iter, max_grads, norm, seed, x, n, draws,
+                                  step_size, num_steps_max, n_done);
+  chain.write_state(x, grad, lp, p);
+  return status;
 }
 
 // `n` momenta (rows of `out`) from N(0, M) drawn as ahmc_hmc_block draws them (for

@@ -100,7 +100,11 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
                rec: ChainRecorder) -> Callable:
     """AHMC's ``run_block(gamma, n_iter, phase)``: ``n_iter`` HMC iterations at γ in one
-    C++ call, recorded in ``rec``; returns (position before the block, positions)."""
+    C++ call, recorded in ``rec``; returns (position before the block, positions).  For
+    :class:`HMCKernel` it also offers ``run_block.tuned(tuner, block_size, n_iter,
+    max_grads, phase)``: the iterations, their rewards and the C++ tuner's moves in one call
+    (:meth:`HMCKernel.tuned_run`), recorded in ``rec``; :func:`run_native_tuned_blocks`
+    uses it."""
     def run_block(gamma, n_iter, phase):
         nonlocal state
         params = HMCParameters(float(gamma["step_size"]), int(gamma["num_steps"]),
@@ -110,30 +114,36 @@ def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
         _record(rec, info, params, phase)
         return previous, info.positions
 
+    def tuned(tuner, block_size, n_iter, max_grads, phase):
+        nonlocal state
+        state, steps = kernel.tuned_run(rng, state, inv_metric, tuner, block_size, n_iter,
+                                        max_grads)
+        _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max), phase)
+
+    if type(kernel) is HMCKernel:  # RMHMC's kernel (ARMHMC) has no tuned C++ loop
+        run_block.tuned = tuned
     return run_block
 
 
-def run_native_tuned_blocks(kernel: HMCKernel, tuner: NativeBayesOptTuner,
-                            rng: np.random.Generator, state, inv_metric, rec: ChainRecorder,
-                            *, warmup: int, draws: int, options: TuningOptions,
-                            progress: Callable[[int], None],
+def run_native_tuned_blocks(tuned: Callable, tuner: NativeBayesOptTuner,
+                            rec: ChainRecorder, *, warmup: int, draws: int,
+                            options: TuningOptions, progress: Callable[[int], None],
                             callback: Callable | None = None) -> None:
     """Algorithm 2's blocks from ``rec.n`` to ``warmup + draws`` iterations as
     :func:`~.tuned_blocks.run_tuned_blocks` runs them, but with the blocks, their rewards
-    and the tuner's moves in C++ (:meth:`HMCKernel.tuned_run`): each call runs to the end
-    of the phase, through the whole blocks that fit in a tenth of the chain
-    (:func:`~.tuned_blocks.call_iterations`), or to the block in which it reaches
-    ``options.max_call_steps`` gradients, so Python only records, reports progress and
-    marks the start of sampling.  ``callback(rec)`` runs after every call."""
+    and the tuner's moves in C++ (``tuned``: a ``run_block.tuned`` of :func:`hmc_blocks`
+    or :func:`~.ohmc.ghmc_blocks`): each call runs to the end of the phase, through the
+    whole blocks that fit in a tenth of the chain (:func:`~.tuned_blocks.call_iterations`),
+    or to the block in which it reaches ``options.max_call_steps`` gradients, so Python
+    only records, reports progress and marks the start of sampling.  ``callback(rec)``
+    runs after every call."""
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
     per_call = max(1, call_iterations(warmup, draws) // m) * m  # whole blocks
     while rec.n < warmup + draws:
         in_warmup = next_phase(tuner, rec, warmup, options, rec.chain_start)
         remaining = (warmup if in_warmup else warmup + draws) - rec.n
-        state, steps = kernel.tuned_run(rng, state, inv_metric, tuner, m,
-                                        min(remaining, per_call), options.max_call_steps)
-        _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
-                phase=1 if in_warmup else 2)
+        tuned(tuner, m, min(remaining, per_call), options.max_call_steps,
+              1 if in_warmup else 2)
         progress(rec.n)
         if callback is not None:
             callback(rec)
@@ -235,13 +245,13 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                        "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
                                                 box.dims[1].high))}
         tuner = options.make_tuner(box, rng, initial, getattr(model, "density", None))
-        if (make_blocks is hmc_blocks and type(kernel) is HMCKernel
-                and isinstance(tuner, NativeBayesOptTuner) and box.names == GAMMA):
-            run_native_tuned_blocks(kernel, tuner, rng, state, inv_metric, rec,
-                                    warmup=warmup, draws=draws, options=options,
-                                    progress=progress, callback=callback)
+        run_block = make_blocks(kernel, rng, state, inv_metric, rec)
+        tuned = getattr(run_block, "tuned", None)
+        if (tuned is not None and isinstance(tuner, NativeBayesOptTuner)
+                and box.names == GAMMA):
+            run_native_tuned_blocks(tuned, tuner, rec, warmup=warmup, draws=draws,
+                                    options=options, progress=progress, callback=callback)
         else:
-            run_block = make_blocks(kernel, rng, state, inv_metric, rec)
             rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
                 previous, positions, int(gamma["num_steps"]), inv_metric, m)
             run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,

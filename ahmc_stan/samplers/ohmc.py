@@ -57,7 +57,8 @@ def ghmc_blocks(make_trajectory: Callable, num_candidates: int | None) -> Callab
     (:class:`~ahmc_stan.ghmc.GHMCKernel`) with the integrator
     ``make_trajectory(density, rng, position, inv_metric, rec)``, in C++ blocks where the
     integrator has a native form; the momentum starts fresh when the blocks start (the
-    metric is fixed from then on)."""
+    metric is fixed from then on).  A native kernel's ``run_block`` also offers
+    ``tuned`` (:func:`~.ahmc.hmc_blocks` says what it is)."""
     def make_blocks(kernel, rng, state, inv_metric, rec):
         trajectory = make_trajectory(kernel.density, rng, state.position, inv_metric, rec)
         ghmc = GHMCKernel(kernel.density, trajectory, inv_metric, num_candidates,
@@ -74,6 +75,15 @@ def ghmc_blocks(make_trajectory: Callable, num_candidates: int | None) -> Callab
             _record(rec, info, params, phase)
             return previous, info.positions
 
+        def tuned(tuner, block_size, n_iter, max_grads, phase):
+            nonlocal current
+            current, steps = ghmc.tuned_run(rng, current, tuner, block_size, n_iter,
+                                            max_grads)
+            _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
+                    phase)
+
+        if ghmc.native:
+            run_block.tuned = tuned
         return run_block
 
     return make_blocks
