@@ -1,4 +1,5 @@
-"""Run again a chain that strayed into a region of negligible probability mass.
+"""Run again a chain that strayed into a region of negligible probability mass, or whose
+adaptation failed.
 
 A chain can spend its whole run where the other chains never go: in a minor mode of the
 posterior, or crawling in from a far-out initial point (Lotka–Volterra's ODE posterior
@@ -12,11 +13,21 @@ The mass is a Laplace estimate: for a Gaussian region of covariance Σ, the mean
 to a constant shared by all chains.  A region whose lower density is made up for by its
 volume (a wide second mode) is left alone, and the diagnosis still reports it.
 
+A chain whose adaptation failed (:func:`failed_chains`) is run again too: divergent in
+more than 1 % of its post-warmup iterations (the bound above which the diagnosis says
+"not converged") while the other chains' median is within it, and mixing far slower than
+they do (the diagnosis's ``slow_chain`` rule on the unconstrained coordinates).  Its step
+size and metric do not fit the region it samples (on Lotka–Volterra: 11–43 % divergent,
+acceptance 0.09 against the others' 0.68–0.79, a bulk ESS 0.3–0.4 % of theirs, its lp
+like theirs); a user's remedy is again another seed.  A chain whose lp differs from the
+others' (in a funnel's neck, say) is not concerned: its divergences may be the
+posterior's.  Only the HMC family records divergences, so only it is concerned.
+
 The rerun has a new seed, hence a new initial point by Stan's rule (the same ``init``
-when one was given).  It is adopted when it no longer strays; otherwise the first chain
-is kept.  Either way the discarded chain's evaluations are charged to the kept chain's
-first iteration and its seconds to the kept chain's warmup, so ESS per gradient and per
-second count them."""
+when one was given).  It is adopted when it no longer strays or fails among the others;
+otherwise the first chain is kept.  Either way the discarded chain's evaluations are
+charged to the kept chain's first iteration and its seconds to the kept chain's warmup,
+so ESS per gradient and per second count them."""
 
 from __future__ import annotations
 
@@ -26,12 +37,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .convergence import lp_gap_allowed
+from .convergence import (DIVERGENCE_UNCONVERGED_FRACTION, ESS_PER_CHAIN_MIN,
+                          SLOW_CHAIN_FRACTION, lp_gap_allowed)
 from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
-__all__ = ["rerun_stray_chains", "stray_chains", "log_mass", "STRAY_MASS_MAX",
-           "RERUN_ATTEMPTS"]
+__all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "log_mass",
+           "STRAY_MASS_MAX", "RERUN_ATTEMPTS"]
 
 #: A chain flagged by the lp gap whose region's estimated mass is below this fraction of
 #: the best chain's is a stray (one chain of c carries 1/c of the draws: a region under
@@ -58,6 +70,24 @@ def log_mass(x: np.ndarray, lp: np.ndarray) -> float:
     return float(np.mean(lp) + 0.5 * np.sum(np.log(x.var(axis=0, ddof=1))))
 
 
+def _common_rows(results: Sequence[ChainResult], warmup: int, min_chains: int,
+                 min_draws: int) -> slice | None:
+    """The post-warmup rows every chain has, if there are enough chains and draws."""
+    if len(results) < min_chains:
+        return None
+    n = min(r.n_sampling for r in results)
+    return slice(warmup, warmup + n) if n >= min_draws else None
+
+
+def _finite_lp(results: Sequence[ChainResult], rows: slice) -> np.ndarray | None:
+    """The chains' ``lp`` in ``rows`` (chains × draws), ``None`` if one is missing or not
+    finite."""
+    if any("lp" not in r.stats for r in results):
+        return None
+    lp = np.array([r.stats["lp"][rows] for r in results])
+    return lp if np.isfinite(lp).all() else None
+
+
 def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     """The chains of ``results`` that stray, compared with the chain whose region has the
     largest estimated mass (:func:`log_mass`, post-warmup draws): a chain whose mean
@@ -67,14 +97,9 @@ def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     "log_mass_ratio"}`` each (chain 0-based).  The reference is the best chain, not the
     others' median, so that one chain in the main mode and three in a minor one also
     get the three run again."""
-    if len(results) < 2 or any("lp" not in r.stats for r in results):
-        return []
-    n = min(r.n_sampling for r in results)
-    if n < 2:
-        return []
-    rows = slice(warmup, warmup + n)
-    lp = np.array([r.stats["lp"][rows] for r in results])
-    if not np.isfinite(lp).all():
+    rows = _common_rows(results, warmup, 2, 2)
+    lp = None if rows is None else _finite_lp(results, rows)
+    if lp is None:
         return []
     mass = np.array([log_mass(r.positions[rows], r.stats["lp"][rows]) for r in results])
     best = int(np.argmax(mass))
@@ -86,6 +111,70 @@ def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
             out.append({"chain": c, "lp_gap": float(means[best] - means[c]),
                         "log_mass_ratio": ratio})
     return out
+
+
+def _bulk_ess(x: np.ndarray) -> np.ndarray:
+    """ArviZ's bulk ESS of each coordinate of ``x`` (chains × draws × d): (d,)."""
+    import arviz as az
+
+    return np.array([float(az.ess(np.ascontiguousarray(x[:, :, j]), method="bulk"))
+                     for j in range(x.shape[2])])
+
+
+def failed_chains(results: Sequence[ChainResult], warmup: int,
+                  worst: int = 5) -> list[dict]:
+    """The chains of ``results`` whose adaptation failed: divergent in more than
+    :data:`~ahmc_stan.convergence.DIVERGENCE_UNCONVERGED_FRACTION` of their post-warmup
+    iterations while the other chains' median rate is at most that, and slow — in one of
+    the ``worst`` unconstrained coordinates of lowest pooled bulk ESS, a bulk ESS below
+    :data:`~ahmc_stan.convergence.SLOW_CHAIN_FRACTION` of the other chains' median and
+    below :data:`~ahmc_stan.convergence.ESS_PER_CHAIN_MIN` (the diagnosis's
+    ``slow_chain`` rule) — in the same region as the others by its lp (mean lp within
+    the diagnosis's allowed gap of their median, either way), so that a chain whose
+    divergences come from a region of the posterior the others miss (a funnel's neck)
+    is left to the diagnosis.  ``{"chain", "divergent", "ess_ratio"}`` each (chain 0-based;
+    the chain's divergent fraction and its smallest ESS ratio to the others')."""
+    rows = _common_rows(results, warmup, 3, 20)
+    if rows is None or any("divergent" not in r.stats for r in results):
+        return []
+    rate = np.array([np.mean(r.stats["divergent"][rows] != 0) for r in results])
+    bound = DIVERGENCE_UNCONVERGED_FRACTION
+    suspects = [c for c in range(len(results))
+                if rate[c] > bound and np.median(np.delete(rate, c)) <= bound]
+    if suspects:
+        # the same region as the others by its lp: a chain in a funnel's neck, whose
+        # divergences are the posterior's and not its adaptation's, has a higher lp
+        lp = _finite_lp(results, rows)
+        if lp is None:
+            return []
+        means, gap = lp.mean(axis=1), lp_gap_allowed(lp)
+        suspects = [c for c in suspects
+                    if abs(means[c] - np.median(np.delete(means, c))) <= gap]
+    if not suspects:
+        return []
+    x = np.array([r.positions[rows] for r in results])            # chains × n × d
+    if not np.isfinite(x).all():
+        return []
+    pooled = _bulk_ess(x)
+    cols = np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")[:worst]
+    ess = np.array([_bulk_ess(x[c:c + 1, :, cols]) for c in range(len(results))])
+    out = []
+    for c in suspects:
+        ref = np.median(np.delete(ess, c, axis=0), axis=0)
+        slow = (ess[c] < SLOW_CHAIN_FRACTION * ref) & (ess[c] < ESS_PER_CHAIN_MIN)
+        if slow.any():
+            out.append({"chain": c, "divergent": float(rate[c]),
+                        "ess_ratio": float(np.min(ess[c, slow] / ref[slow]))})
+    return out
+
+
+def _to_rerun(results: Sequence[ChainResult], warmup: int) -> list[dict]:
+    """Strays (``reason`` "stray") and failed chains ("failed"), by chain."""
+    strays = [{**s, "reason": "stray"} for s in stray_chains(results, warmup)]
+    seen = {s["chain"] for s in strays}
+    failed = [{**f, "reason": "failed"} for f in failed_chains(results, warmup)
+              if f["chain"] not in seen]
+    return sorted(strays + failed, key=lambda e: e["chain"])
 
 
 def charge(kept: ChainResult, discarded: ChainResult) -> dict:
@@ -101,47 +190,52 @@ def charge(kept: ChainResult, discarded: ChainResult) -> dict:
             "seconds": float(seconds)}
 
 
-def _entry(stray: dict, attempt: int) -> dict:
-    return {"chain": stray["chain"] + 1, "attempt": attempt,
-            "lp_gap": round(stray["lp_gap"], 3),
-            "log_mass_ratio": round(stray["log_mass_ratio"], 3), "adopted": False}
+def _entry(case: dict, attempt: int) -> dict:
+    keys = (("lp_gap", "log_mass_ratio") if case["reason"] == "stray"
+            else ("divergent", "ess_ratio"))
+    return {"chain": case["chain"] + 1, "attempt": attempt, "reason": case["reason"],
+            **{k: round(case[k], 4 if k == "ess_ratio" else 3) for k in keys},
+            "adopted": False}
 
 
 def rerun_stray_chains(results: list[ChainResult], warmup: int,
                        rerun: Callable[[list[int], int], tuple[list, bool]],
                        progress: bool = False, label: str = ""
                        ) -> tuple[list[ChainResult], dict | None]:
-    """Run each stray chain (:func:`stray_chains`) again, up to :data:`RERUN_ATTEMPTS`
-    times: ``rerun(chains, attempt)`` runs the listed chains with new seeds and returns
-    ``(results, interrupted)``.  A rerun chain replaces its stray when it no longer strays
+    """Run each stray chain (:func:`stray_chains`) and each failed one
+    (:func:`failed_chains`) again, up to :data:`RERUN_ATTEMPTS` times: ``rerun(chains,
+    attempt)`` runs the listed chains with new seeds and returns ``(results,
+    interrupted)``.  A rerun chain replaces the first when it neither strays nor fails
     among the others.  Returns the chains and a record for ``fit.metadata["chain_rerun"]``
-    (``None`` when no chain strayed): ``runs``, one entry per rerun, and a ``note``."""
+    (``None`` when no chain was rerun): ``runs``, one entry per rerun (``reason`` "stray"
+    with ``lp_gap`` and ``log_mass_ratio``, or "failed" with ``divergent`` and
+    ``ess_ratio``), and a ``note``."""
     results = list(results)
     runs: list[dict] = []
     for attempt in range(1, RERUN_ATTEMPTS + 1):
-        strays = stray_chains(results, warmup)
-        if not strays:
+        cases = _to_rerun(results, warmup)
+        if not cases:
             break
-        ids = [s["chain"] for s in strays]
+        ids = [s["chain"] for s in cases]
         if progress:
             print(f"{label}: chain{'s' if len(ids) > 1 else ''} "
                   f"{', '.join(str(c + 1) for c in ids)} strayed into a region of "
-                  f"negligible mass; running again with a new seed (attempt {attempt})",
-                  file=sys.stderr, flush=True)
+                  f"negligible mass or failed to adapt; running again with a new seed "
+                  f"(attempt {attempt})", file=sys.stderr, flush=True)
         try:
             fresh, interrupted = rerun(ids, attempt)
         except Exception as err:  # noqa: BLE001 — e.g. StuckChainError: keep the chains
-            runs.extend({**_entry(stray, attempt), "error": f"{type(err).__name__}: {err}"}
-                        for stray in strays)
+            runs.extend({**_entry(case, attempt), "error": f"{type(err).__name__}: {err}"}
+                        for case in cases)
             break
-        for stray, new in zip(strays, fresh):
-            c = stray["chain"]
-            entry = _entry(stray, attempt)
+        for case, new in zip(cases, fresh):
+            c = case["chain"]
+            entry = _entry(case, attempt)
             complete = new is not None and not new.interrupted and \
                 new.n_sampling == results[c].n_sampling
             if complete:
                 trial = results[:c] + [new] + results[c + 1:]
-                entry["adopted"] = all(s["chain"] != c for s in stray_chains(trial, warmup))
+                entry["adopted"] = all(e["chain"] != c for e in _to_rerun(trial, warmup))
             if entry["adopted"]:
                 entry["charged"] = charge(new, results[c])
                 results[c] = new
@@ -152,23 +246,46 @@ def rerun_stray_chains(results: list[ChainResult], warmup: int,
             break
     if not runs:
         return results, None
+    return results, {"runs": runs, "note": _note(runs)}
+
+
+def _chain_list(chains) -> str:
+    return f"chain{'s' if len(chains) > 1 else ''} {', '.join(map(str, chains))}"
+
+
+#: Per reason, the entry that speaks for the others and what the note says of them.
+_WHY = {
+    "stray": ("lp_gap", lambda worst, runs: (
+        f"a stray's mean lp was up to {worst['lp_gap']:.3g} below the chain covering the "
+        f"most mass, its region holding about e^{worst['log_mass_ratio']:.3g} of that "
+        "chain's by a Laplace estimate")),
+    "failed": ("divergent", lambda worst, runs: (
+        f"a chain whose adaptation failed was divergent in up to "
+        f"{100 * worst['divergent']:.2g}% of its iterations and mixed "
+        f"{min(e['ess_ratio'] for e in runs):.2g}x as fast as the others")),
+}
+
+
+def _note(runs: list[dict]) -> str:
     adopted = sorted({e["chain"] for e in runs if e["adopted"]})
     errors = [e for e in runs if "error" in e]
-    failed = sorted({e["chain"] for e in runs} - set(adopted) - {e["chain"] for e in errors})
+    kept = {e["chain"] for e in runs} - set(adopted) - {e["chain"] for e in errors}
     parts = []
     if adopted:
-        parts.append(f"chain{'s' if len(adopted) > 1 else ''} "
-                     f"{', '.join(map(str, adopted))} replaced by a rerun with a new seed")
-    if failed:
-        parts.append(f"chain{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
-                     "kept: the reruns strayed as well")
+        parts.append(f"{_chain_list(adopted)} replaced by a rerun with a new seed")
+    for reason, why in (("stray", "the reruns strayed as well"),
+                        ("failed", "the reruns failed to adapt as well")):
+        these = sorted(c for c in kept if any(e["chain"] == c and e["reason"] == reason
+                                               for e in runs))
+        if these:
+            parts.append(f"{_chain_list(these)} kept: {why}")
     if errors:
         parts.append(f"a rerun failed ({errors[0]['error']}): the chains kept")
-    worst = max(runs, key=lambda e: e["lp_gap"])
-    note = (f"{len(runs)} chain rerun{'s' if len(runs) > 1 else ''}: "
-            + "; ".join(parts)
-            + f" (a stray's mean lp was up to {worst['lp_gap']:.3g} below the chain "
-            f"covering the most mass, its region holding about "
-            f"e^{worst['log_mass_ratio']:.3g} of that chain's by a Laplace estimate); the "
-            "discarded chains' gradients and seconds are counted in warmup")
-    return results, {"runs": runs, "note": note}
+    why = []
+    for reason, (key, text) in _WHY.items():
+        these = [e for e in runs if e["reason"] == reason]
+        if these:
+            why.append(text(max(these, key=lambda e: e[key]), these))
+    return (f"{len(runs)} chain rerun{'s' if len(runs) > 1 else ''}: " + "; ".join(parts)
+            + f" ({'; '.join(why)}); the discarded chains' gradients and seconds are "
+            "counted in warmup")

@@ -149,7 +149,8 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
                              "tail under-explored (tune_and_sample's metric_rerun)")
     parser.add_argument("--no-chain-rerun", action="store_true",
                         help="keep a chain that strayed into a region of negligible mass "
-                             "instead of running it again (tune_and_sample's chain_rerun)")
+                             "or failed to adapt instead of running it again "
+                             "(tune_and_sample's chain_rerun)")
 
 
 def _sample(args: argparse.Namespace) -> int:

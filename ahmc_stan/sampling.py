@@ -508,7 +508,9 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``chain_rerun``: a chain whose draws lie in a region of far lower density than the
     other chains' (a minor mode, or a slow crawl from a far-out start) and that holds, by
     a Laplace estimate, a negligible share of the probability mass is run again with a new
-    seed (:mod:`ahmc_stan.chain_rerun`); ``fit.metadata["chain_rerun"]`` logs it and the
+    seed, and so is a chain whose adaptation failed (divergent in over 1 % of its
+    iterations while the other chains are not, and mixing far slower than they do)
+    (:mod:`ahmc_stan.chain_rerun`); ``fit.metadata["chain_rerun"]`` logs it and the
     discarded chain's cost is charged to the kept chain's warmup.  ``False`` turns this off.
 
     Arguments and option names are checked before any work starts (``ValueError``, one

@@ -9,7 +9,8 @@ Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-
 regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
 on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
 AHMC with each metric (``low_rank``, the default, and ``fisher``: from draws and
-gradients; ``diag``: Stan's, from draws), CmdStan NUTS, nutpie, nutpie low-rank; same
+gradients; ``diag``: Stan's, from draws; ``ahmc_grad_init``: ``low_rank`` whose first
+window runs in ``1/|∇ log p(x₀)|``, ``grad_init=True``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds.  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat.
@@ -40,7 +41,8 @@ SUITE = ["gauss2d", "neal100", "gp51", "pima", "ripley", "breast_cancer", "carav
 REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
                "galton": "child on mid-parent height, inches (Galton)"}
 OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
-        "ahmc_low_rank": {"metric": "low_rank"}}
+        "ahmc_low_rank": {"metric": "low_rank"},
+        "ahmc_grad_init": {"metric": "low_rank", "grad_init": True}}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ahmc_stan.chain_rerun import (RERUN_ATTEMPTS, STRAY_MASS_MAX, log_mass,
-                                   rerun_stray_chains, stray_chains)
+from ahmc_stan.chain_rerun import (RERUN_ATTEMPTS, STRAY_MASS_MAX, failed_chains,
+                                   log_mass, rerun_stray_chains, stray_chains)
 from ahmc_stan.samplers.chain import ChainResult
 
 WARMUP, DRAWS, D = 50, 2000, 3
@@ -144,6 +144,76 @@ def test_a_rerun_that_fails_keeps_the_chains():
     assert "a rerun failed (StuckChainError: chain 4: stuck 11 times)" in record["note"]
 
 
+def ar_chain(seed, rho, divergent, grads=7, warmup=WARMUP, draws=DRAWS):
+    """A chain of a stationary AR(1) process of autocorrelation ``rho`` in N(0, I) (bulk
+    ESS about n (1 − ρ)/(1 + ρ)), divergent at a random ``divergent`` fraction of its
+    iterations, with lp the standard normal's."""
+    rng = np.random.default_rng(seed)
+    n = warmup + draws
+    x = np.empty((n, D))
+    x[0] = rng.normal(size=D)
+    e = rng.normal(size=(n, D)) * math.sqrt(1 - rho ** 2)
+    for t in range(1, n):
+        x[t] = rho * x[t - 1] + e[t]
+    div = (rng.random(n) < divergent).astype(float)
+    return ChainResult(positions=x, stats={"lp": stats.norm.logpdf(x).sum(axis=1),
+                                           "n_grad": np.full(n, grads), "divergent": div},
+                       n_warmup=warmup, n_sampling=draws, time_warmup=1.0, time_sampling=2.0)
+
+
+def test_a_slow_divergent_chain_among_clean_ones_failed_to_adapt():
+    """The rule needs both: a chain divergent in 11 % of its iterations (others 0.3 %)
+    whose bulk ESS is ~0.5 % of the others' (ρ = 0.99: n(1 − ρ)/(1 + ρ) ≈ 10 against
+    2000) failed; as slow but not divergent, or as divergent but mixing well, or slow and
+    divergent among chains that all diverge, or in a region of higher lp than theirs (the
+    model's geometry, not one chain's adaptation), it is left to the diagnosis."""
+    good = [ar_chain(s, 0.0, 0.003) for s in (1, 2, 3)]
+    (case,) = failed_chains(good + [ar_chain(4, 0.99, 0.11)], WARMUP)
+    assert case["chain"] == 3 and case["divergent"] == pytest.approx(0.11, abs=0.025)
+    assert case["ess_ratio"] < 0.05
+    assert stray_chains(good + [ar_chain(4, 0.99, 0.11)], WARMUP) == []
+    assert failed_chains(good + [ar_chain(4, 0.99, 0.0)], WARMUP) == []
+    assert failed_chains(good + [ar_chain(4, 0.0, 0.11)], WARMUP) == []
+    bad = [ar_chain(s, 0.0, 0.05) for s in (1, 2, 3)]
+    assert failed_chains(bad + [ar_chain(4, 0.99, 0.11)], WARMUP) == []
+    # a chain whose lp lies above the others' (a funnel's neck) may diverge because of
+    # where it is: left alone (allowed gap: 4 within-chain sds of lp, 4·√(3/2) = 4.9)
+    neck = ar_chain(4, 0.99, 0.11)
+    neck.stats["lp"] = neck.stats["lp"] + 6.0
+    assert failed_chains(good + [neck], WARMUP) == []
+    neck.stats["lp"] = neck.stats["lp"] - 2.0
+    assert [c["chain"] for c in failed_chains(good + [neck], WARMUP)] == [3]
+    # samplers that record no divergences (the Metropolis family) are not concerned
+    for r in good:
+        r.stats.pop("divergent")
+    assert failed_chains(good + [ar_chain(4, 0.99, 0.11)], WARMUP) == []
+
+
+def test_a_failed_chain_is_replaced_by_a_rerun_that_adapts():
+    good = [ar_chain(s, 0.0, 0.0) for s in (1, 2, 3)]
+    failed = ar_chain(4, 0.99, 0.2, grads=13)
+    again = ar_chain(5, 0.99, 0.2, grads=3)   # the first rerun fails too: kept, charged
+    fine = ar_chain(6, 0.0, 0.0, grads=5)
+    rerun, calls = _rerun_from([again, fine])
+    results, record = rerun_stray_chains(good + [failed], WARMUP, rerun)
+    assert calls == [([3], 1), ([3], 2)]
+    assert results[:3] == good and results[3] is fine
+    first, second = record["runs"]
+    assert first["reason"] == second["reason"] == "failed"
+    assert not first["adopted"] and second["adopted"]
+    assert first["charged"]["n_grad"] == 3 * (WARMUP + DRAWS)
+    assert second["charged"]["n_grad"] == 13 * (WARMUP + DRAWS) + 3 * (WARMUP + DRAWS)
+    assert fine.stats["n_grad"][0] == 5 + 16 * (WARMUP + DRAWS)
+    note = record["note"]
+    assert note.startswith("2 chain reruns: chain 4 replaced by a rerun with a new seed")
+    assert "adaptation failed was divergent in up to" in note and "stray" not in note
+    # when every rerun fails too, the chain is kept and the note says why
+    rerun, calls = _rerun_from([ar_chain(10 + a, 0.99, 0.2) for a in range(RERUN_ATTEMPTS)])
+    results, record = rerun_stray_chains(good + [ar_chain(4, 0.99, 0.2)], WARMUP, rerun)
+    assert not any(e["adopted"] for e in record["runs"])
+    assert "chain 4 kept: the reruns failed to adapt as well" in record["note"]
+
+
 def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     """``stan_models/minor_mode.stan``: 1e-4 of the mass in a second mode behind a
     barrier of ~12 nats.  At seed 4 AHMC's chain 2 starts in the minor mode's basin and
@@ -165,6 +235,7 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     assert fit.diagnose().converged, str(fit.diagnose())
     (entry,) = fit.metadata["chain_rerun"]["runs"]
     assert entry["chain"] == 2 and entry["adopted"] and entry["attempt"] == 1
+    assert entry["reason"] == "stray"
     assert entry["log_mass_ratio"] < math.log(STRAY_MASS_MAX)
     np.testing.assert_array_equal(fit.draws[[0, 2, 3]], off.draws[[0, 2, 3]])
     assert fit.draws[1, :, 0].mean() < -1

@@ -185,6 +185,53 @@ def test_paths_start_short_with_a_metric_from_gradients():
     assert (bound[:100] == cap[:100]).all()  # the cap binds until the first estimate
 
 
+def test_grad_init_starts_from_the_initial_gradient(mvn_model):
+    """``1/|∇ log p(x₀)|``: for a Gaussian direction of sd σ at distance δ from its centre,
+    σ²/δ; zero or non-finite components keep 1, the rest clipped to [1e-10, 1e10].  With
+    ``grad_init`` the scale phase of ``fisher`` and ``low_rank`` runs its first window in
+    it, by default in the identity; other metrics refuse it."""
+    from ahmc_stan import hmc
+    from ahmc_stan.tuning import hmc_warmup as warmup
+    from ahmc_stan.tuning.hmc_warmup import gradient_init
+
+    sd, delta = np.array([0.01, 1.0, 30.0]), np.array([0.5, 2.0, -1.0])
+    np.testing.assert_allclose(gradient_init(-delta / sd**2), sd**2 / np.abs(delta))
+    np.testing.assert_array_equal(gradient_init(np.array([0.0, np.nan, 1e20, 1e-20])),
+                                  [1.0, 1.0, 1e-10, 1e10])
+
+    kernel = hmc.HMCKernel(mvn_model.density)
+    state = kernel.init(np.array([0.3, -1.2, 2.0])[:mvn_model.dims]
+                        if mvn_model.dims == 3 else np.full(mvn_model.dims, 0.5))
+    seen = []
+
+    def first_metric(kernel_, rng, state_, inv_metric, *args, **kw):
+        seen.append(inv_metric)
+        raise StopIteration
+    start = gradient_init(state.logdensity_grad)
+    ones = np.ones(mvn_model.dims)
+    for metric, grad_init, expected in (("fisher", True, start), ("low_rank", True, start),
+                                        ("fisher", False, ones), ("low_rank", False, ones),
+                                        ("diag", False, ones)):
+        seen.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(warmup, "adapt_steps", first_metric)
+            with pytest.raises(StopIteration):
+                warmup.hmc_warmup(kernel, np.random.default_rng(1), state, 200, metric,
+                                  lambda steps: None, grad_init=grad_init)
+        np.testing.assert_array_equal(seen[0], expected)
+    with pytest.raises(ValueError, match="grad_init applies to the metrics from gradients"):
+        warmup.hmc_warmup(kernel, np.random.default_rng(1), state, 200, "diag",
+                          lambda steps: None, grad_init=True)
+    with pytest.raises(ValueError, match="grad_init applies"):
+        tune_and_sample(mvn_model, metric="diag", grad_init=True, progress=False)
+    # through tune_and_sample: the option changes the draws, the same seed the same draws
+    kw = dict(chains=1, warmup=200, draws=20, seed=2, progress=False, diagnose=False)
+    a = tune_and_sample(mvn_model, grad_init=True, **kw)
+    np.testing.assert_array_equal(a.draws, tune_and_sample(mvn_model, grad_init=True,
+                                                           **kw).draws)
+    assert not np.array_equal(a.draws, tune_and_sample(mvn_model, **kw).draws)
+
+
 # ---- fallback to Stan's diagonal -------------------------------------------------------------
 
 def test_metric_fallback_rule():

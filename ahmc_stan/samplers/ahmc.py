@@ -81,10 +81,12 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
                  notes: Callable[[dict], None] | None = None, extra_window: int = 0,
-                 call_iterations: int | None = None, call_grads: float = math.inf):
+                 call_iterations: int | None = None, call_grads: float = math.inf,
+                 grad_init: bool = False):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
     phase 0; ``progress(rec.n)`` after every call into the kernel; ``notes``,
-    ``extra_window``, ``call_iterations`` and ``call_grads`` as ``hmc_warmup``'s.
+    ``extra_window``, ``call_iterations``, ``call_grads`` and ``grad_init`` as
+    ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -94,7 +96,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
                       restarts=restarts, notes=notes, extra_window=extra_window,
                       call_iterations=call_iterations, call_grads=call_grads,
-                      progress=None if progress is None else lambda: progress(rec.n))
+                      grad_init=grad_init, progress=None if progress is None else lambda: progress(rec.n))
 
 
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
@@ -193,7 +195,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     scale_fraction: float | None = None, max_num_steps: int = 1000,
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
-                    adapt_delta: float = 0.8, **tuning) -> ChainResult:
+                    adapt_delta: float = 0.8, grad_init: bool = False,
+                    **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -204,9 +207,15 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     kernel with ``metric="identity"``).  ``metric`` may also be an array, a fixed inverse
     metric (vector: diagonal, matrix: dense) of which only ε* is adapted.
     ``max_restarts``, ``detect_stuck``: the stuck-warmup recovery of the scale phase,
-    ``adapt_delta`` its target acceptance statistic (:func:`run_chain`)."""
+    ``adapt_delta`` its target acceptance statistic (:func:`run_chain`).  ``grad_init``
+    (``metric="fisher"`` or ``"low_rank"``): the scale phase's first window runs in the
+    diagonal inverse metric ``1/|∇ log p(x₀)|`` of the initial point instead of the
+    identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`)."""
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
+    if grad_init and metric not in ("fisher", "low_rank"):
+        raise ValueError("grad_init applies to the metrics from gradients ('fisher', "
+                         f"'low_rank'), not metric={metric!r}")
     fixed_metric = isinstance(metric, np.ndarray)
     if not fixed_metric and metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "
@@ -233,7 +242,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                 state, inv_metric, eps_ref = _scale_phase(
                     kernel, rng, state, n_scale, metric, rec, max_num_steps, restarts,
                     adapt_delta, progress, notes.update, (warmup - n_scale) // 2,
-                    call_iterations(warmup, draws), options.max_call_steps)
+                    call_iterations(warmup, draws), options.max_call_steps, grad_init)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))

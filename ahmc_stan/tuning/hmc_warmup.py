@@ -20,7 +20,8 @@ metric of which only ε is adapted.  All metrics are estimated in Stan's windows
 windows let a chain that is slow there bake its slowness into the metric).  With the
 gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
 doubled every :data:`EARLY_CAP_EVERY` iterations): their draws need only span the space, not
-be independent.  A gradient-based metric whose last window diverged in more than
+be independent; with ``grad_init`` their first window runs in ``1/|∇ log p(x₀)|``
+(:func:`gradient_init`) instead of the identity.  A gradient-based metric whose last window diverged in more than
 :data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
 the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
 iterations, one more window of up to the last window's length then runs in that diagonal
@@ -41,7 +42,7 @@ from .step_size import DualAveraging, initial_step_size
 from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
                       regularized_inv_metric)
 
-__all__ = ["hmc_warmup", "adapt_steps", "check_stuck", "metric_fallback", "AdaptedSteps",
+__all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback", "AdaptedSteps",
            "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
@@ -147,12 +148,29 @@ def check_stuck(detector, steps: AdaptedSteps, averager: DualAveraging, done: in
         raise WarmupStuck(done + found[0] + 1, found[1])
 
 
+def gradient_init(grad: np.ndarray) -> np.ndarray:
+    """The diagonal inverse metric the gradient-based metrics start from: ``1/|∇ log
+    p(x₀)|`` at the initial point (nutpie's ``grad_init``, Seyboldt, Carlson & Carpenter
+    2026).  At a distance δ from the centre of a Gaussian direction of sd σ the gradient
+    is δ/σ², so ``1/|g|`` is σ²/δ: with Stan's initial points (δ of order 1 on the
+    unconstrained scale) the order of that direction's variance, where the identity
+    would leave the step size to the narrowest direction until the first window ends.
+    Not the default: from the far-out starts of a stiff ODE model it is the scale of a
+    region the chain leaves (``README.md``, "AHMC against the best NUTS").
+    Components whose gradient is zero or not finite keep 1; the rest are clipped to
+    [1e-10, 1e10]."""
+    g = np.abs(np.asarray(grad, dtype=float))
+    ok = np.isfinite(g) & (g > 0)
+    return np.clip(np.where(ok, 1.0 / np.where(ok, g, 1.0), 1.0), 1e-10, 1e10)
+
+
 def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
                adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
                progress: Callable[[], None] | None = None,
                notes: Callable[[dict], None] | None = None, extra_window: int = 0,
-               call_iterations: int | None = None, call_grads: float = math.inf):
+               call_iterations: int | None = None, call_grads: float = math.inf,
+               grad_init: bool = False):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
@@ -164,8 +182,9 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
     (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``; it
     may add a window of up to ``extra_window`` iterations (module docstring), so that the
-    phase runs ``n_iter`` plus that many.  Returns (state, inverse metric, ε*), ε* ``None``
-    when ``n_iter`` is 0."""
+    phase runs ``n_iter`` plus that many.  ``grad_init`` (``fisher`` and ``low_rank``
+    only): the first window runs in :func:`gradient_init` instead of the identity.
+    Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
     if not fixed and metric not in METRICS:
@@ -174,6 +193,11 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     inv_metric = metric if fixed else None if metric == "identity" else (
         np.eye(dims) if metric == "dense" else np.ones(dims))
     from_gradients = not fixed and metric in ("fisher", "low_rank")
+    if grad_init:
+        if not from_gradients:
+            raise ValueError("grad_init applies to the metrics from gradients "
+                             f"('fisher', 'low_rank'), not metric={metric!r}")
+        inv_metric = gradient_init(state.logdensity_grad)
     windows = {} if inv_metric is None or fixed else dict(adaptation_windows(n_iter))
     window_start = {end: start for start, end in windows.items()}
     # with gradients, short paths at first: until the metric has settled a badly scaled
