@@ -37,8 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .convergence import (DIVERGENCE_UNCONVERGED_FRACTION, ESS_PER_CHAIN_MIN,
-                          SLOW_CHAIN_FRACTION, lp_gap_allowed)
+from .convergence import DIVERGENCE_UNCONVERGED_FRACTION, lp_gap_allowed, slow_chains
 from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
@@ -113,23 +112,12 @@ def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     return out
 
 
-def _bulk_ess(x: np.ndarray) -> np.ndarray:
-    """ArviZ's bulk ESS of each coordinate of ``x`` (chains × draws × d): (d,)."""
-    import arviz as az
-
-    return np.array([float(az.ess(np.ascontiguousarray(x[:, :, j]), method="bulk"))
-                     for j in range(x.shape[2])])
-
-
-def failed_chains(results: Sequence[ChainResult], warmup: int,
-                  worst: int = 5) -> list[dict]:
+def failed_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     """The chains of ``results`` whose adaptation failed: divergent in more than
     :data:`~ahmc_stan.convergence.DIVERGENCE_UNCONVERGED_FRACTION` of their post-warmup
-    iterations while the other chains' median rate is at most that, and slow — in one of
-    the ``worst`` unconstrained coordinates of lowest pooled bulk ESS, a bulk ESS below
-    :data:`~ahmc_stan.convergence.SLOW_CHAIN_FRACTION` of the other chains' median and
-    below :data:`~ahmc_stan.convergence.ESS_PER_CHAIN_MIN` (the diagnosis's
-    ``slow_chain`` rule) — in the same region as the others by its lp (mean lp within
+    iterations while the other chains' median rate is at most that, and slow by the
+    diagnosis's rule (:func:`~ahmc_stan.convergence.slow_chains`) on the unconstrained
+    coordinates — in the same region as the others by its lp (mean lp within
     the diagnosis's allowed gap of their median, either way), so that a chain whose
     divergences come from a region of the posterior the others miss (a funnel's neck)
     is left to the diagnosis.  ``{"chain", "divergent", "ess_ratio"}`` each (chain 0-based;
@@ -155,17 +143,9 @@ def failed_chains(results: Sequence[ChainResult], warmup: int,
     x = np.array([r.positions[rows] for r in results])            # chains × n × d
     if not np.isfinite(x).all():
         return []
-    pooled = _bulk_ess(x)
-    cols = np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")[:worst]
-    ess = np.array([_bulk_ess(x[c:c + 1, :, cols]) for c in range(len(results))])
-    out = []
-    for c in suspects:
-        ref = np.median(np.delete(ess, c, axis=0), axis=0)
-        slow = (ess[c] < SLOW_CHAIN_FRACTION * ref) & (ess[c] < ESS_PER_CHAIN_MIN)
-        if slow.any():
-            out.append({"chain": c, "divergent": float(rate[c]),
-                        "ess_ratio": float(np.min(ess[c, slow] / ref[slow]))})
-    return out
+    slow = {c: float(np.min(ess / ref)) for c, _, ess, ref in slow_chains(x)}
+    return [{"chain": c, "divergent": float(rate[c]), "ess_ratio": slow[c]}
+            for c in suspects if c in slow]
 
 
 def _to_rerun(results: Sequence[ChainResult], warmup: int) -> list[dict]:

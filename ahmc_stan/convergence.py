@@ -80,7 +80,7 @@ import numpy as np
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
            "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
            "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN",
-           "lp_gap_chains", "lp_gap_allowed", "EBFMI_MIN",
+           "lp_gap_chains", "lp_gap_allowed", "slow_chains", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
            "TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",
            "CONVERGENCE_KINDS"]
@@ -547,37 +547,51 @@ def _chain_setting(fit, c: int) -> str:
     return "; ".join(parts)
 
 
-def _check_slow_chain(fit):
+def slow_chains(x: np.ndarray, pooled: np.ndarray | None = None) -> list[tuple]:
+    """The ``slow_chain`` rule on draws ``x`` (chains × draws × columns): in the columns
+    of lowest pooled bulk ESS (``pooled``, ArviZ's when not given; up to 5), each chain
+    whose own bulk ESS is below :data:`SLOW_CHAIN_FRACTION` of the other chains' median
+    and below :data:`ESS_PER_CHAIN_MIN`.  One ``(chain, columns, ess, others' median)``
+    per slow chain, the columns those where it is slow (indices into ``x``'s)."""
     import arviz as az
 
+    def ess(a):
+        return float(az.ess(np.ascontiguousarray(a), method="bulk"))
+
+    if pooled is None:
+        pooled = np.array([ess(x[:, :, j]) for j in range(x.shape[2])])
+    worst = np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")[:_WORST]
+    own = np.array([[ess(x[c, :, j][None, :]) for j in worst]
+                    for c in range(x.shape[0])])                       # (chains, columns)
+    out = []
+    for c in range(x.shape[0]):
+        ref = np.median(np.delete(own, c, axis=0), axis=0)
+        slow = (own[c] < SLOW_CHAIN_FRACTION * ref) & (own[c] < ESS_PER_CHAIN_MIN)
+        if slow.any():
+            out.append((c, worst[slow], own[c, slow], ref[slow]))
+    return out
+
+
+def _check_slow_chain(fit):
     k, chains = fit.n_params, fit.chains
     if k == 0 or chains < 3 or fit.n_draws < 20:
         return []
     cols = np.flatnonzero(_varying(fit))
     if cols.size == 0:
         return []
-    pooled = fit._diagnostics()["ess_bulk"][:k][cols]
-    worst = cols[np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")
-                 [:_WORST]]
-    p = fit.params
-    ess = np.array([[float(az.ess(np.ascontiguousarray(p[c, :, j])[None, :], method="bulk"))
-                     for j in worst] for c in range(chains)])        # (chains, columns)
     out = []
-    for c in range(chains):
-        ref = np.median(np.delete(ess, c, axis=0), axis=0)
-        slow = (ess[c] < SLOW_CHAIN_FRACTION * ref) & (ess[c] < ESS_PER_CHAIN_MIN)
-        if not slow.any():
-            continue
-        names = _names(worst[slow], fit)
+    for c, where, ess, ref in slow_chains(fit.params[:, :, cols],
+                                          fit._diagnostics()["ess_bulk"][:k][cols]):
+        names = _names(cols[where], fit)
         listing = ", ".join(f"{n} {e:.3g} (others' median {r:.3g})"
-                            for n, e, r in zip(names, ess[c, slow], ref[slow]))
+                            for n, e, r in zip(names, ess, ref))
         setting = _chain_setting(fit, c)
         out.append(Problem(
             "slow_chain", f"Chain {c + 1} mixes far slower than the others: its bulk ESS in "
             f"{listing}." + (f" Its adaptation: {setting}." if setting else "")
             + " Its draws dominate the uncertainty of these parameters; a longer warmup "
             "or another seed may adapt it better.",
-            chains=(c,), columns=names, value=float(np.min(ess[c, slow] / ref[slow])),
+            chains=(c,), columns=names, value=float(np.min(ess / ref)),
             threshold=SLOW_CHAIN_FRACTION))
     return out
 

@@ -96,7 +96,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
                       restarts=restarts, notes=notes, extra_window=extra_window,
                       call_iterations=call_iterations, call_grads=call_grads,
-                      grad_init=grad_init, progress=None if progress is None else lambda: progress(rec.n))
+                      grad_init=grad_init,
+                      progress=None if progress is None else lambda: progress(rec.n))
 
 
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
@@ -213,9 +214,6 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`)."""
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
-    if grad_init and metric not in ("fisher", "low_rank"):
-        raise ValueError("grad_init applies to the metrics from gradients ('fisher', "
-                         f"'low_rank'), not metric={metric!r}")
     fixed_metric = isinstance(metric, np.ndarray)
     if not fixed_metric and metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "

@@ -21,9 +21,9 @@ windows let a chain that is slow there bake its slowness into the metric).  With
 gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
 doubled every :data:`EARLY_CAP_EVERY` iterations): their draws need only span the space, not
 be independent; with ``grad_init`` their first window runs in ``1/|∇ log p(x₀)|``
-(:func:`gradient_init`) instead of the identity.  A gradient-based metric whose last window diverged in more than
-:data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
-the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
+(:func:`gradient_init`) instead of the identity.  A gradient-based metric whose last
+window diverged in more than :data:`FALLBACK_DIVERGENT` of its iterations is replaced by
+Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
 iterations, one more window of up to the last window's length then runs in that diagonal
 metric and Stan's diagonal is estimated again from its draws (a window that ran in the
 failing metric explored the directions it under-scaled too little, so its variances are
@@ -42,8 +42,8 @@ from .step_size import DualAveraging, initial_step_size
 from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
                       regularized_inv_metric)
 
-__all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback", "AdaptedSteps",
-           "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "FALLBACK_DIVERGENT"]
+__all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback",
+           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
