@@ -21,7 +21,11 @@ size and metric do not fit the region it samples (on Lotka–Volterra: 11–43 %
 acceptance 0.09 against the others' 0.68–0.79, a bulk ESS 0.3–0.4 % of theirs, its lp
 like theirs); a user's remedy is again another seed.  A chain whose lp differs from the
 others' (in a funnel's neck, say) is not concerned: its divergences may be the
-posterior's.  Only the HMC family records divergences, so only it is concerned.
+posterior's.  Nor is one whose draws spread wider than the others', beyond its own
+sampling error (:func:`reaches_further`): it may be the only chain sampling a tail the
+others' adaptation shuts out, and replacing it would turn a flagged fit into a wrong one
+that looks right.  Only the HMC family records divergences, so only
+it is concerned.
 
 The rerun has a new seed, hence a new initial point by Stan's rule (the same ``init``
 when one was given).  It is adopted when it no longer strays or fails among the others;
@@ -41,8 +45,8 @@ from .convergence import DIVERGENCE_UNCONVERGED_FRACTION, lp_gap_allowed, slow_c
 from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
-__all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "log_mass",
-           "STRAY_MASS_MAX", "RERUN_ATTEMPTS"]
+__all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "reaches_further", "log_mass",
+           "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
 
 #: A chain flagged by the lp gap whose region's estimated mass is below this fraction of
 #: the best chain's is a stray (one chain of c carries 1/c of the draws: a region under
@@ -120,8 +124,9 @@ def failed_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     coordinates — in the same region as the others by its lp (mean lp within
     the diagnosis's allowed gap of their median, either way), so that a chain whose
     divergences come from a region of the posterior the others miss (a funnel's neck)
-    is left to the diagnosis.  ``{"chain", "divergent", "ess_ratio"}`` each (chain 0-based;
-    the chain's divergent fraction and its smallest ESS ratio to the others')."""
+    is left to the diagnosis, as is a chain whose draws spread wider than the others'
+    (:func:`reaches_further`).  ``{"chain", "divergent", "ess_ratio"}`` each (chain
+    0-based; the chain's divergent fraction and its smallest ESS ratio to the others')."""
     rows = _common_rows(results, warmup, 3, 20)
     if rows is None or any("divergent" not in r.stats for r in results):
         return []
@@ -143,9 +148,32 @@ def failed_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     x = np.array([r.positions[rows] for r in results])            # chains × n × d
     if not np.isfinite(x).all():
         return []
-    slow = {c: float(np.min(ess / ref)) for c, _, ess, ref in slow_chains(x)}
-    return [{"chain": c, "divergent": float(rate[c]), "ess_ratio": slow[c]}
-            for c in suspects if c in slow]
+    slow = {c: (cols, ess, ref) for c, cols, ess, ref in slow_chains(x)}
+    return [{"chain": c, "divergent": float(rate[c]),
+             "ess_ratio": float(np.min(slow[c][1] / slow[c][2]))}
+            for c in suspects if c in slow and not reaches_further(x, c, *slow[c][:2])]
+
+
+#: :func:`reaches_further`: standard errors by which a chain's sd must exceed the others'.
+REACH_Z = 2.0
+
+
+def reaches_further(x: np.ndarray, chain: int, columns, ess) -> bool:
+    """Whether ``chain``'s draws (``x``: chains × draws × coordinates) spread wider than
+    the other chains' in any of ``columns`` (where it is slow, its bulk ESS ``ess``
+    there): the log of its sd over the others' median sd above :data:`REACH_Z` standard
+    errors of its own log sd, ``1/sqrt(2(ESS - 1))``.  Such a chain, however slow and
+    divergent, may be the only one that samples a tail the others' adaptation shuts out
+    (GARCH's skewed variance parameters); discarding it would hide the evidence, so it
+    is left to the diagnosis.  A chain that mixes slowly in the others' region has, if
+    anything, a smaller sd than theirs (its few effective draws under-state it)."""
+    others = np.delete(x, chain, axis=0)[:, :, columns]
+    sd = x[chain][:, columns].std(axis=0)
+    sd_others = np.median(others.std(axis=1), axis=0)
+    ess = np.maximum(np.asarray(ess, dtype=float), 2.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wider = np.log(sd / sd_others) > REACH_Z / np.sqrt(2 * (ess - 1))
+    return bool(np.any(wider))
 
 
 def _to_rerun(results: Sequence[ChainResult], warmup: int) -> list[dict]:

@@ -183,10 +183,38 @@ def test_a_slow_divergent_chain_among_clean_ones_failed_to_adapt():
     assert failed_chains(good + [neck], WARMUP) == []
     neck.stats["lp"] = neck.stats["lp"] - 2.0
     assert [c["chain"] for c in failed_chains(good + [neck], WARMUP)] == [3]
+    # a chain that spreads wider than the others (twice their sd here) may be the only one
+    # sampling a tail their adaptation shuts out: left to the diagnosis, which flags it
+    wide = ar_chain(4, 0.99, 0.11)
+    wide.positions[:] *= 2.0
+    assert failed_chains(good + [wide], WARMUP) == []
     # samplers that record no divergences (the Metropolis family) are not concerned
     for r in good:
         r.stats.pop("divergent")
     assert failed_chains(good + [ar_chain(4, 0.99, 0.11)], WARMUP) == []
+
+
+def test_a_slow_chain_spreads_no_wider_than_the_others():
+    """``reaches_further``'s false alarms on chains that only mix slowly in the others'
+    region (AR(1), ρ = 0.99, N(0, I), 100 seeds): its log-sd statistic never exceeds
+    REACH_Z (a slow chain's few effective draws under-state its sd, if anything); on the
+    same chains scaled by 2 (a chain sampling a tail the others miss) it almost always
+    does."""
+    from ahmc_stan.chain_rerun import REACH_Z, reaches_further
+    from ahmc_stan.convergence import slow_chains
+
+    good = np.array([ar_chain(s, 0.0, 0.0).positions[WARMUP:] for s in (1, 2, 3)])
+    same, wider = [], []
+    for seed in range(4, 104):
+        slow = ar_chain(seed, 0.99, 0.0).positions[WARMUP:]
+        for scale, out in ((1.0, same), (2.0, wider)):
+            x = np.concatenate([good, scale * slow[None]])
+            for chain, columns, ess, _ in slow_chains(x):
+                if chain == 3:
+                    out.append(reaches_further(x, 3, columns, ess))
+    assert len(same) == len(wider) == 100
+    assert REACH_Z == 2.0 and not any(same)
+    assert sum(wider) >= 95  # 98 at these seeds: log 2 is ~3 standard errors at ESS ~10
 
 
 def test_a_failed_chain_is_replaced_by_a_rerun_that_adapts():
