@@ -24,8 +24,7 @@ others' (in a funnel's neck, say) is not concerned: its divergences may be the
 posterior's.  Nor is one whose draws spread wider than the others', beyond its own
 sampling error (:func:`reaches_further`): it may be the only chain sampling a tail the
 others' adaptation shuts out, and replacing it would turn a flagged fit into a wrong one
-that looks right.  Only the HMC family records divergences, so only
-it is concerned.
+that looks right.  Only the HMC family records divergences, so only it is concerned.
 
 The rerun has a new seed, hence a new initial point by Stan's rule (the same ``init``
 when one was given).  It is adopted when it no longer strays or fails among the others;
@@ -45,8 +44,8 @@ from .convergence import DIVERGENCE_UNCONVERGED_FRACTION, lp_gap_allowed, slow_c
 from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
-__all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "reaches_further", "log_mass",
-           "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
+__all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "reaches_further",
+           "log_mass", "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
 
 #: A chain flagged by the lp gap whose region's estimated mass is below this fraction of
 #: the best chain's is a stray (one chain of c carries 1/c of the draws: a region under
