@@ -280,10 +280,10 @@ def _note(runs: list[dict]) -> str:
     parts = []
     if adopted:
         parts.append(f"{_chain_list(adopted)} replaced by a rerun with a new seed")
+    reason_of = {e["chain"]: e["reason"] for e in runs}
     for reason, why in (("stray", "the reruns strayed as well"),
                         ("failed", "the reruns failed to adapt as well")):
-        these = sorted(c for c in kept if any(e["chain"] == c and e["reason"] == reason
-                                               for e in runs))
+        these = sorted(c for c in kept if reason_of[c] == reason)
         if these:
             parts.append(f"{_chain_list(these)} kept: {why}")
     if errors:

@@ -20,11 +20,11 @@ metric of which only ε is adapted.  All metrics are estimated in Stan's windows
 windows let a chain that is slow there bake its slowness into the metric).  With the
 gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
 doubled every :data:`EARLY_CAP_EVERY` iterations): their draws need only span the space, not
-be independent; with ``grad_init`` their first window runs in ``1/|∇ log p(x₀)|``
-(:func:`gradient_init`) instead of the identity.  A gradient-based metric whose last
+be independent; with ``grad_init`` they run in ``1/|∇ log p(x₀)|`` (:func:`gradient_init`)
+instead of the identity until the first window ends.  A gradient-based metric whose last
 window diverged in more than :data:`FALLBACK_DIVERGENT` of its iterations is replaced by
-Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
-iterations, one more window of up to the last window's length then runs in that diagonal
+Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller
+grants ``extra_window`` iterations, one more window of up to the last window's length then runs in that diagonal
 metric and Stan's diagonal is estimated again from its draws (a window that ran in the
 failing metric explored the directions it under-scaled too little, so its variances are
 too small there).
@@ -43,7 +43,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
                       regularized_inv_metric)
 
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback",
-           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "FALLBACK_DIVERGENT"]
+           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
+           "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
@@ -183,7 +184,8 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``; it
     may add a window of up to ``extra_window`` iterations (module docstring), so that the
     phase runs ``n_iter`` plus that many.  ``grad_init`` (``fisher`` and ``low_rank``
-    only): the first window runs in :func:`gradient_init` instead of the identity.
+    only): until the first window ends the chain runs in :func:`gradient_init` instead
+    of the identity.
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, np.ndarray)
