@@ -50,6 +50,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_bo_history": (None, [_ptr, _int, _int, _ptr]),
     "ahmc_bo_set": (None, [_ptr, _ptr, _int]),
     "ahmc_bo_predict": (None, [_ptr, _ptr, _ptr]),
+    "ahmc_direct_minimise": (_int, [_int, ctypes.CFUNCTYPE(_double, _ptr, _ptr), _ptr, _int,
+                                    _ptr]),
     "ahmc_draw_momenta": (_int, [_int, _ptr, _int, ctypes.c_uint64, _int, _ptr]),
     "ahmc_ghmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, _int, _ptr,
                                ctypes.c_uint64, _double, *[_ptr] * 14]),

@@ -13,7 +13,8 @@ the suite runs them; CmdStan's NUTS runs with its defaults (1000 + 1000).  Same 
 chains and seed, the same ArviZ ESS.  Reports per sampler and model: min bulk ESS per
 second and per gradient-equivalent, warmup included, and their ratio to NUTS; the wall
 time per gradient-equivalent (warmup included) ÷ NUTS's wall time per leapfrog step; µs
-per iteration; the bare C++ gradient; R-hat.  Models: ``std10`` (10-d standard normal),
+per iteration; the bare C++ gradient; R-hat; the tuned samplers' tuner share of the
+chain-seconds (the tuners' own clocks).  Models: ``std10`` (10-d standard normal),
 ``logistic100`` (logistic regression, 500 cases, 100 parameters) and the suite's
 (``ahmc_stan.suite.EXPERIMENTS``).  Writes ``benchmarks/results/bench_samplers.md`` and
 ``.json``.
@@ -75,7 +76,11 @@ def measure(model, sampler: str, chains: int, warmup: int, draws: int, seed: int
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     seconds = e["time_warmup"] + e["time_sampling"]
+    chains = fit.metadata.get("chains") if sampler != "nuts" else None
+    tuner = [c.get("tuner_seconds") for c in chains or []]
+    tuner = [t for t in tuner if t is not None]
     return {"min_ess": e["min_ess_bulk"], "per_s": e["min_ess_per_s_total"],
+            "tuner_share": sum(tuner) / seconds if tuner else None,
             "per_grad": e["min_ess_per_grad_total"], "max_rhat": e["max_rhat"],
             "us_per_grad": 1e6 * seconds / grads, "chain_seconds": seconds,
             "us_per_iteration": 1e6 * seconds / (e["chains"] * (e["draws"] + (
@@ -136,6 +141,7 @@ def main(argv=None) -> None:
                          "bare µs/grad": bare, "R-hat": r["max_rhat"],
                          "NUTS R-hat": nuts["max_rhat"], "min ESS": r["min_ess"],
                          "NUTS min ESS": nuts["min_ess"], "chain s": r["chain_seconds"],
+                         "tuner share": r["tuner_share"],
                          "NUTS chain s": nuts["chain_seconds"]})
     header = (f"# Samplers vs CmdStan NUTS\n\n"
               f"`python benchmarks/bench_samplers.py --models {args.models} --samplers "

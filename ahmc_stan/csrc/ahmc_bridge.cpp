@@ -1010,8 +1010,9 @@ extern "C" {
 // The tuner (ahmc_tuner::bo_tuner) over a box of `ndim` dimensions with bounds `low` and
 // `width` (integer dimensions flagged), the candidate grid (`n_grid` rows, in unit-cube
 // and in box coordinates, row-major), `config` = {kappa, noise_var, signal_var, alpha
-// (NaN: no scale), delta, k, lambda, schedule (0 AHMC, 1 exponential), refresh_every}
-// and the initial gamma (box units).  Freed by ahmc_bo_free.
+// (NaN: no scale), delta, k, lambda, schedule (0 AHMC, 1 exponential), refresh_every,
+// maximizer (0 grid, 1 DIRECT: no grid rows), DIRECT's evaluations per move} and the
+// initial gamma (box units).  Freed by ahmc_bo_free.
 void* ahmc_bo_new(int ndim, const double* low, const double* width, const int* integer,
                   int n_grid, const double* grid_unit, const double* grid_box,
                   const double* config, const double* initial) {
@@ -1075,6 +1076,21 @@ void ahmc_bo_predict(void* tuner, double* mean, double* var) {
   static_cast<ahmc_tuner::bo_tuner*>(tuner)->gp().predict_grid(mu, v);
   std::copy(mu.data(), mu.data() + mu.size(), mean);
   std::copy(v.data(), v.data() + v.size(), var);
+}
+
+// DIRECT (ahmc_tuner::direct_minimise) on f over [0, 1]^d with `maxfun` evaluations and
+// the other options at their defaults; the best point goes to `x`.  Returns the number of
+// evaluations.  The tuner's moves call direct_minimise directly; this entry point lets
+// it be checked on known functions.
+int ahmc_direct_minimise(int d, double (*f)(const double*, void*), void* data, int maxfun,
+                         double* x) {
+  int n_eval = 0;
+  ahmc_tuner::direct_options options;
+  options.maxfun = maxfun;
+  const std::vector<double> best = ahmc_tuner::direct_minimise(
+      d, [&](const double* u) { ++n_eval; return f(u, data); }, options);
+  std::copy(best.begin(), best.end(), x);
+  return n_eval;
 }
 
 // Up to `n_iter` AHMC iterations (Wang, Mohamed & de Freitas 2013, Algorithm 2) from the

@@ -9,13 +9,15 @@
 // conventions: the GP works on the unit cube with SE-ARD length scales kappa per
 // dimension, unit signal variance and noise variance sigma^2 / n_j at an input observed
 // n_j times (repeats merged exactly); the acquisition u = s mu + p sqrt(beta_{i+1}) sigma
-// is maximised over a fixed candidate grid (ties to the first point); s = alpha / r_max
+// is maximised over a fixed candidate grid (ties to the first point) or by DIRECT
+// (direct_minimise below, on -u); s = alpha / r_max
 // after each new positive maximum; p_i = max(i - k + 1, 1)^-1/2 (or exp(-lambda (i - 1)));
 // beta_t = 2 log(t^{d/2+2} pi^2 / (3 delta)).  The posterior on the grid is carried from
 // one move to the next (A^-1 = (K + diag(noise))^-1, W = k(grid, X) A^-1 and q = rowsum(W
 // .* k(grid, X)), updated by the block-inverse formula for a new input and by
 // Sherman-Morrison when an input's noise shrinks), recomputed from a Cholesky
-// factorisation every `refresh_every` updates.
+// factorisation every `refresh_every` updates.  With DIRECT the grid is empty and the
+// same carried A^-1 gives the posterior at single points (grid_gp::predict_point).
 
 #ifndef AHMC_TUNER_HPP
 #define AHMC_TUNER_HPP
@@ -26,6 +28,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <set>
+#include <utility>
 #include <vector>
 
 namespace ahmc_tuner {
@@ -39,10 +44,134 @@ struct settings {
   double kappa, noise_var, signal_var, alpha, delta, k, lam;
   int schedule;  // 0: p_i = max(i - k + 1, 1)^-1/2 (AHMC); 1: exp(-lam (i - 1)) (thesis)
   int refresh_every;
+  int maximizer;  // 0: the candidate grid; 1: DIRECT
+  int direct_maxfun;
   explicit settings(const double* c)
       : kappa(c[0]), noise_var(c[1]), signal_var(c[2]), alpha(c[3]), delta(c[4]), k(c[5]),
-        lam(c[6]), schedule(static_cast<int>(c[7])), refresh_every(static_cast<int>(c[8])) {}
+        lam(c[6]), schedule(static_cast<int>(c[7])), refresh_every(static_cast<int>(c[8])),
+        maximizer(static_cast<int>(c[9])), direct_maxfun(static_cast<int>(c[10])) {}
 };
+
+// DIRECT (Jones, Perttunen & Stuckman 1993, J. Optim. Theory Appl. 79:157) with the
+// locally biased choice of Gablonsky & Kelley (2001, J. Global Optim. 21:27), minimising
+// f over the unit cube [0, 1]^d; the stopping rules and their defaults are those of
+// scipy.optimize.direct (locally_biased=True), the Python tuner's maximiser.
+//
+// A rectangle is its centre, f there and a level k_j per side (side 3^-k_j).  Each
+// iteration groups the rectangles by their longest side (k_min; its half, sigma, is the
+// size) and takes from each group the one with the lowest f (the first at a tie).  Such a
+// candidate j is potentially optimal if some slope K > 0 puts it on the lower-right
+// convex hull of the candidates' (sigma, f) -- K_low <= K_high with K_low the largest
+// slope to a smaller candidate and K_high > 0 the smallest slope to a larger one -- and
+// f_j - K_high sigma_j <= f_min - eps |f_min|.  Each potentially optimal rectangle is
+// trisected along its longest sides, the side whose two new points have the lower
+// min(f(c + delta e_i), f(c - delta e_i)) first, so that the best new point keeps the
+// largest rectangle.  It stops after the iteration in which the evaluations reach
+// `maxfun`, after `maxiter` iterations, or when the rectangle of the best point has sigma
+// below `len_tol` or volume below `vol_tol`.  Returns the best centre (NaN counts as
+// +inf).
+struct direct_options {
+  int maxfun = 2000, maxiter = 10000;
+  double eps = 1e-4, len_tol = 1e-6, vol_tol = 1e-16;
+};
+
+template <class F>
+std::vector<double> direct_minimise(int d, F&& objective, const direct_options& opt) {
+  const auto f = [&](const double* x) {  // NaN counts as +inf (the worst)
+    const double v = objective(x);
+    return std::isnan(v) ? std::numeric_limits<double>::infinity() : v;
+  };
+  std::vector<double> centres(d, 0.5);  // d per rectangle
+  std::vector<int> levels(d, 0);        // d per rectangle
+  std::vector<double> values{f(centres.data())};
+  std::vector<int> k_min{0};            // per rectangle: the level of its longest side
+  // groups[k]: the rectangles with k_min = k by (f, index), so that the first is the
+  // lowest and, at a tie, the first made.
+  std::vector<std::set<std::pair<double, int>>> groups(1);
+  groups[0].emplace(values[0], 0);
+  std::vector<double> sigma_of{0.5};   // sigma_of[k] = 3^-k / 2
+  const auto sigma = [&](int k) {
+    while (static_cast<int>(sigma_of.size()) <= k) sigma_of.push_back(sigma_of.back() / 3);
+    return sigma_of[k];
+  };
+  const auto join = [&](int r) {  // files rectangle r under its k_min
+    k_min[r] = *std::min_element(levels.begin() + r * d, levels.begin() + (r + 1) * d);
+    if (k_min[r] >= static_cast<int>(groups.size())) groups.resize(k_min[r] + 1);
+    groups[k_min[r]].emplace(values[r], r);
+  };
+  int best = 0;
+  std::vector<int> group, chosen, dims, order, cut;
+  std::vector<double> point(d), w(d);
+  for (int iter = 0; iter < opt.maxiter && static_cast<int>(values.size()) < opt.maxfun;
+       ++iter) {
+    group.assign(groups.size(), -1);  // group[k]: the lowest rectangle with k_min = k
+    for (size_t k = 0; k < groups.size(); ++k)
+      if (!groups[k].empty()) group[k] = groups[k].begin()->second;
+    const double f_min = values[best];
+    const double target = f_min - opt.eps * std::abs(f_min);
+    chosen.clear();
+    for (int kj = 0; kj < static_cast<int>(group.size()); ++kj) {
+      const int j = group[kj];
+      if (j < 0) continue;
+      double k_low = -std::numeric_limits<double>::infinity();
+      double k_high = std::numeric_limits<double>::infinity();
+      for (int ki = 0; ki < static_cast<int>(group.size()); ++ki) {
+        const int i = group[ki];
+        if (i < 0 || ki == kj) continue;
+        const double slope = (values[i] - values[j]) / (sigma(ki) - sigma(kj));
+        if (ki > kj) {
+          k_low = std::max(k_low, slope);  // a smaller rectangle
+        } else {
+          k_high = std::min(k_high, slope);  // a larger one
+        }
+      }
+      if (!(k_high > 0) || k_low > k_high) continue;
+      if (std::isfinite(k_high) && values[j] - k_high * sigma(kj) > target) continue;
+      chosen.push_back(j);
+    }
+    for (const int r : chosen) {
+      const int k = k_min[r];
+      const double delta = 2 * sigma(k + 1);  // 3^-(k+1)
+      dims.clear();  // the longest sides, in index order; pair t of new rectangles is
+      for (int j = 0; j < d; ++j)  // c + delta e_j, c - delta e_j for j = dims[t]
+        if (levels[r * d + j] == k) dims.push_back(j);
+      const int first_new = static_cast<int>(values.size());
+      for (const int j : dims) {
+        for (const double sign : {1.0, -1.0}) {
+          std::copy(centres.begin() + r * d, centres.begin() + (r + 1) * d, point.begin());
+          point[j] += sign * delta;
+          centres.insert(centres.end(), point.begin(), point.end());
+          values.push_back(f(point.data()));
+        }
+        w[j] = std::min(values[values.size() - 2], values.back());
+      }
+      order.resize(dims.size());  // pairs by increasing w (ties: lower index first)
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return w[dims[a]] < w[dims[b]]; });
+      levels.resize(values.size() * d);
+      k_min.resize(values.size());
+      cut.assign(levels.begin() + r * d, levels.begin() + (r + 1) * d);
+      for (const int t : order) {  // pair t keeps the sides cut so far and its own
+        cut[dims[t]] += 1;
+        for (int c = 0; c < 2; ++c)
+          std::copy(cut.begin(), cut.end(), levels.begin() + (first_new + 2 * t + c) * d);
+      }
+      groups[k].erase({values[r], r});
+      std::copy(cut.begin(), cut.end(), levels.begin() + r * d);  // the parent: all cut
+      join(r);
+      for (int r2 = first_new; r2 < static_cast<int>(values.size()); ++r2) {
+        join(r2);
+        if (values[r2] < values[best]) best = r2;
+      }
+    }
+    if (chosen.empty()) break;
+    int volume_level = 0;
+    for (int j = 0; j < d; ++j) volume_level += levels[best * d + j];
+    if (sigma(k_min[best]) < opt.len_tol || std::pow(3.0, -volume_level) < opt.vol_tol) break;
+  }
+  return std::vector<double>(centres.begin() + best * d, centres.begin() + (best + 1) * d);
+}
 
 // Zero-mean GP regression with a fixed SE-ARD kernel on the unit cube, its posterior kept
 // on a fixed candidate grid (see the file comment; gp.py's GaussianProcess).
@@ -85,19 +214,58 @@ class grid_gp {
     mean.setZero(n);
     var.setConstant(n, signal_);
     if (u == 0) return;
+    carry();
+    mean.noalias() = W_.leftCols(u) * means();
+    var = (signal_ - q_.array()).max(0.0).matrix();
+  }
+
+  // Brings A^-1 up to date for predict_point (and the grid's posterior, if any).
+  void prepare_points() {
+    if (n_unique() == 0) return;
+    carry();
+    weights_.noalias() = Ainv_ * means();
+    Eigen::LLT<mat> llt(Ainv_);  // A^-1 = R^T R: k^T A^-1 k = |R k|^2 at half the cost
+    factored_ = llt.info() == Eigen::Success;
+    if (factored_) R_ = llt.matrixU();
+  }
+
+  // Posterior mean and variance of f at the unit-cube point x, after prepare_points.
+  void predict_point(const double* x, double& mean, double& var) {
+    const int u = n_unique();
+    if (u == 0) {
+      mean = 0.0;
+      var = signal_;
+      return;
+    }
+    kx_.resize(u);
+    for (int j = 0; j < u; ++j) kx_[j] = kernel(x, x_[j].data());
+    mean = kx_.dot(weights_);
+    if (factored_) {
+      ak_.noalias() = R_.triangularView<Eigen::Upper>() * kx_;
+      var = std::max(signal_ - ak_.squaredNorm(), 0.0);
+    } else {
+      ak_.noalias() = Ainv_ * kx_;
+      var = std::max(signal_ - kx_.dot(ak_), 0.0);
+    }
+  }
+
+ private:
+  // The carried A^-1 (and the grid's W and q) brought up to the data.
+  void carry() {
     update_cross_kernel();
     if (!carried_ || updates_ >= refresh_every_) {
       carry_from_scratch();
     } else {
       carry_forward();
     }
-    vec means(u);
-    for (int j = 0; j < u; ++j) means[j] = sum_[j] / count_[j];
-    mean.noalias() = W_.leftCols(u) * means;
-    var = (signal_ - q_.array()).max(0.0).matrix();
   }
 
- private:
+  vec means() const {
+    vec m(n_unique());
+    for (int j = 0; j < n_unique(); ++j) m[j] = sum_[j] / count_[j];
+    return m;
+  }
+
   mat kernel_matrix() const {
     const int u = n_unique();
     mat K(u, u);
@@ -211,6 +379,9 @@ class grid_gp {
   bool carried_ = false;
   mat Ainv_, W_;  // W_: columns in use = noise_.size()
   vec q_, noise_;
+  vec weights_, kx_, ak_;  // A^-1 ybar and predict_point's buffers
+  mat R_;                  // A^-1 = R^T R (when factored_)
+  bool factored_ = false;
   int updates_ = 0;
 };
 
@@ -307,10 +478,37 @@ class bo_tuner {
     }
   }
 
-  // gamma_{i+1} = argmax over the grid of s mu + p sqrt(beta) sigma (first maximum).
+  // gamma_{i+1} = argmax of s mu + p sqrt(beta) sigma over the grid (first maximum) or by
+  // DIRECT at points whose integer dimensions are rounded (as maximize_direct in
+  // ahmc_stan/tuning/bayesopt.py).
   void maximise(double p_i, double b) {
-    gp_.predict_grid(mean_, var_);
     const double weight = p_i * std::sqrt(b);
+    if (s_cfg_.maximizer == 1) {
+      gp_.prepare_points();
+      vec unit(d_);
+      const auto negative_ucb = [&](const double* u) {
+        for (int j = 0; j < d_; ++j) {
+          if (width_[j] == 0) {
+            unit[j] = 0.0;
+            continue;
+          }
+          const double v = low_[j] + std::min(std::max(u[j], 0.0), 1.0) * width_[j];
+          unit[j] = ((integer_[j] ? std::nearbyint(v) : v) - low_[j]) / width_[j];
+        }
+        double mean, var;
+        gp_.predict_point(unit.data(), mean, var);
+        const double val = s_ * mean + weight * std::sqrt(var);
+        return std::isfinite(val) ? -val : std::numeric_limits<double>::infinity();
+      };
+      direct_options options;
+      options.maxfun = s_cfg_.direct_maxfun;
+      const std::vector<double> u = direct_minimise(d_, negative_ucb, options);
+      vec x(d_);
+      for (int j = 0; j < d_; ++j) x[j] = low_[j] + u[j] * width_[j];
+      snap(x.data(), current_.data());
+      return;
+    }
+    gp_.predict_grid(mean_, var_);
     Eigen::Index best = 0;
     double best_val = -std::numeric_limits<double>::infinity();
     for (Eigen::Index g = 0; g < mean_.size(); ++g) {

@@ -5,8 +5,9 @@ Round i is one *super-transition* (§3.2): HMC at ``a_i = (ε_i, L_i)`` until a 
 ``B`` of leapfrog steps is spent, so that rounds at different settings cost the same; its
 draws give the reward ``r_i``; the bandit — :class:`~ahmc_stan.tuning.BayesOptTuner` with
 the thesis's choices: ``p_i = exp(−λ(i−1))``, λ = 0.01, the UCB ``μ + p_i β^½ σ`` without
-a reward scale (``alpha=None``), length scales 0.2 of the box, DIRECT — picks ``a_{i+1}``.
-The loop is :func:`.tuned_blocks.run_tuned_blocks` with one super-transition per block.
+a reward scale (``alpha=None``), length scales 0.2 of the box, DIRECT — picks ``a_{i+1}``
+(in C++ where the model's library is ours, :class:`~ahmc_stan.tuning.NativeBayesOptTuner`;
+``native=False`` or a BridgeStan-built library: scipy's DIRECT).  The loop is :func:`.tuned_blocks.run_tuned_blocks` with one super-transition per block.
 
 **Exact budget.**  A round is ``⌊B/L⌋`` HMC iterations of exactly ``L`` leapfrog steps and,
 if ``B mod L > 0``, one iteration of ``B mod L`` steps (:func:`super_transition_steps`).
@@ -252,7 +253,7 @@ def _bandit(product: ProductHMC, rng: np.random.Generator, clock: _Clock, reward
         initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
                    "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
                                             box.dims[1].high))}
-    tuner = options.make_tuner(box, rng, initial)
+    tuner = options.make_tuner(box, rng, initial, density=product.models[0].density)
     if not tune:
         tuner.freeze()
     budget = int(budget) if budget is not None else 5 * int(box.dims[1].high)

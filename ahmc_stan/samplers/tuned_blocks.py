@@ -70,7 +70,7 @@ class TuningOptions:
     lam: float = 0.01
     anneal_start: float = 0.5
     #: The tuner in C++ (:class:`~ahmc_stan.tuning.native_tuner.NativeBayesOptTuner`)
-    #: where the maximiser is the grid and the model's library has it; AHMC then runs its
+    #: where the model's library has it (grid or DIRECT); with the grid AHMC then runs its
     #: blocks and the tuner's moves in one call.  ``False``: the Python tuner.
     native: bool = True
 
@@ -86,9 +86,9 @@ class TuningOptions:
         common = dict(rng=rng, k=delay, alpha=self.alpha, kappa=self.kappa, delta=self.delta,
                       initial=initial, schedule=self.schedule, lam=self.lam,
                       grid_points=self.grid_points, grid_resolution=self.grid_resolution)
-        if (self.native and self.maximizer == "grid" and density is not None
+        if (self.native and self.maximizer in ("grid", "direct") and density is not None
                 and density.native and self.schedule in ("ahmc", "exponential")):
-            return NativeBayesOptTuner(density, box, **common)
+            return NativeBayesOptTuner(density, box, maximizer=self.maximizer, **common)
         return BayesOptTuner(box, maximizer=self.maximizer, **common)
 
 

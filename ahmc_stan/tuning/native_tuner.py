@@ -1,14 +1,20 @@
 """The Bayesian-optimisation tuner of AHMC in C++ (``csrc/ahmc_tuner.hpp``).
 
-:class:`NativeBayesOptTuner` is :class:`~.bayesopt.BayesOptTuner` with the grid maximiser
-(Wang, Mohamed & de Freitas 2013, Algorithm 2), its GP and its moves computed in the
-model's library, so that a sampler may run blocks *and* the tuner's moves in one call
-(``ahmc_tuned_hmc_block``, :func:`ahmc_stan.samplers.ahmc.run_native_tuned_blocks`).  It is
-a drop-in for the Python tuner: the same constructor options, the same uniforms drawn from
-the same Generator by :meth:`update_many` and :meth:`updates_until_move`, the same history
-and marks, and the same GP (:attr:`gp`, fed from the history when read).  The Python
-tuner stays the reference: on the same rewards and uniforms both make the same moves, up
-to acquisition values that tie to rounding on the grid (``tests/test_native_tuner.py``).
+:class:`NativeBayesOptTuner` is :class:`~.bayesopt.BayesOptTuner` (Wang, Mohamed & de
+Freitas 2013, Algorithm 2) with its GP and its moves computed in the model's library, so
+that a sampler may run blocks *and* the tuner's moves in one call (``ahmc_tuned_hmc_block``,
+:func:`ahmc_stan.samplers.ahmc.run_native_tuned_blocks`).  It is a drop-in for the Python
+tuner: the same constructor options, the same uniforms drawn from the same Generator by
+:meth:`update_many` and :meth:`updates_until_move`, the same history and marks, and the
+same GP (:attr:`gp`, fed from the history when read).  The Python tuner stays the
+reference: on the same rewards and uniforms both make the same moves with the grid
+maximiser, up to acquisition values that tie to rounding on the grid.  With
+``maximizer="direct"`` (the thesis's, used by the GP bandit) the C++ DIRECT
+(``direct_minimise`` in ``csrc/ahmc_tuner.hpp``, Jones et al. 1993 with Gablonsky &
+Kelley's locally biased choice) stands in for :func:`scipy.optimize.direct`, which calls
+back into Python at each of its ~2000 points per move; the two are different codes of one
+algorithm, so their moves are compared by the acquisition value they reach
+(``tests/test_native_tuner.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ __all__ = ["NativeBayesOptTuner"]
 
 
 class NativeBayesOptTuner(BayesOptTuner):
-    """:class:`~.bayesopt.BayesOptTuner` (grid maximiser) held in C++ in the library of
+    """:class:`~.bayesopt.BayesOptTuner` (grid or DIRECT maximiser) held in C++ in the library of
     ``density`` (a :class:`~ahmc_stan.native.NativeDensity`); the other arguments are
     :class:`~.bayesopt.BayesOptTuner`'s.  :attr:`handle` is the C++ tuner, which
     ``ahmc_tuned_hmc_block`` updates; :meth:`sync` then reads its state back."""
@@ -35,23 +41,32 @@ class NativeBayesOptTuner(BayesOptTuner):
                  alpha: float | None = 4.0, kappa: float = 0.2, delta: float = 0.1,
                  schedule: str = "ahmc", lam: float = 0.01, initial=None,
                  noise_var: float = DEFAULT_NOISE_VAR, grid_points: int = 20000,
-                 grid_resolution: int = 200):
+                 grid_resolution: int = 200, maximizer: str = "grid",
+                 direct_maxfun: int = 2000):
         if schedule not in ("ahmc", "exponential"):
             raise ValueError(f"the native tuner takes schedule 'ahmc' or 'exponential', "
                              f"not {schedule!r}")
+        if maximizer not in ("grid", "direct"):
+            raise ValueError(f"the native tuner takes maximizer 'grid' or 'direct', "
+                             f"not {maximizer!r}")
         super().__init__(box, rng, seed=seed, k=k, alpha=alpha, kappa=kappa, delta=delta,
-                         schedule=schedule, lam=lam, maximizer="grid", initial=initial,
+                         schedule=schedule, lam=lam, maximizer=maximizer, initial=initial,
                          noise_var=noise_var, grid_points=grid_points,
-                         grid_resolution=grid_resolution)
+                         grid_resolution=grid_resolution, direct_maxfun=direct_maxfun)
         self._density = density  # keeps the library alive
         self._fn = {name: density.entry(f"ahmc_bo_{name}")
                     for name in ("update", "state", "history", "set", "predict")}
-        grid = np.ascontiguousarray(box.grid(grid_points, grid_resolution), dtype=float)
-        unit = np.ascontiguousarray(box.unit_grid(grid_points, grid_resolution), dtype=float)
+        if maximizer == "grid":
+            grid = np.ascontiguousarray(box.grid(grid_points, grid_resolution), dtype=float)
+            unit = np.ascontiguousarray(box.unit_grid(grid_points, grid_resolution),
+                                        dtype=float)
+        else:  # DIRECT: no grid
+            grid = unit = np.zeros((0, box.ndim))
         config = np.array([self.kappa, noise_var, self._gp.signal_var,
                            math.nan if alpha is None else alpha, self.delta, self.k,
                            self.lam, 0 if schedule == "ahmc" else 1,
-                           GaussianProcess.REFRESH_EVERY], dtype=float)
+                           GaussianProcess.REFRESH_EVERY, 0 if maximizer == "grid" else 1,
+                           direct_maxfun], dtype=float)
         low = np.ascontiguousarray(box.low, dtype=float)
         width = np.ascontiguousarray(box.width, dtype=float)
         integer = np.ascontiguousarray(box.is_integer, dtype=np.intc)
@@ -129,7 +144,7 @@ class NativeBayesOptTuner(BayesOptTuner):
 
     def predict_grid(self) -> tuple[np.ndarray, np.ndarray]:
         """The C++ GP's posterior mean and variance on the candidate grid
-        (:meth:`~.box.Box.grid`), as its moves use them."""
+        (:meth:`~.box.Box.grid`), as its moves use them (empty with DIRECT)."""
         mean, var = np.empty(self._n_grid), np.empty(self._n_grid)
         self._fn["predict"](self.handle, mean.ctypes.data, var.ctypes.data)
         return mean, var
