@@ -7,7 +7,8 @@ draws give the reward ``r_i``; the bandit — :class:`~ahmc_stan.tuning.BayesOpt
 the thesis's choices: ``p_i = exp(−λ(i−1))``, λ = 0.01, the UCB ``μ + p_i β^½ σ`` without
 a reward scale (``alpha=None``), length scales 0.2 of the box, DIRECT — picks ``a_{i+1}``
 (in C++ where the model's library is ours, :class:`~ahmc_stan.tuning.NativeBayesOptTuner`;
-``native=False`` or a BridgeStan-built library: scipy's DIRECT).  The loop is :func:`.tuned_blocks.run_tuned_blocks` with one super-transition per block.
+``native=False`` or a BridgeStan-built library: scipy's DIRECT).  The loop is
+:func:`.tuned_blocks.run_tuned_blocks` with one super-transition per block.
 
 **Exact budget.**  A round is ``⌊B/L⌋`` HMC iterations of exactly ``L`` leapfrog steps and,
 if ``B mod L > 0``, one iteration of ``B mod L`` steps (:func:`super_transition_steps`).

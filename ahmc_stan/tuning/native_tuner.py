@@ -32,10 +32,10 @@ __all__ = ["NativeBayesOptTuner"]
 
 
 class NativeBayesOptTuner(BayesOptTuner):
-    """:class:`~.bayesopt.BayesOptTuner` (grid or DIRECT maximiser) held in C++ in the library of
-    ``density`` (a :class:`~ahmc_stan.native.NativeDensity`); the other arguments are
-    :class:`~.bayesopt.BayesOptTuner`'s.  :attr:`handle` is the C++ tuner, which
-    ``ahmc_tuned_hmc_block`` updates; :meth:`sync` then reads its state back."""
+    """:class:`~.bayesopt.BayesOptTuner` (grid or DIRECT maximiser) held in C++ in the
+    library of ``density`` (a :class:`~ahmc_stan.native.NativeDensity`); the other
+    arguments are :class:`~.bayesopt.BayesOptTuner`'s.  :attr:`handle` is the C++ tuner,
+    which ``ahmc_tuned_hmc_block`` updates; :meth:`sync` then reads its state back."""
 
     def __init__(self, density, box: Box, rng=None, *, seed=None, k: int = 100,
                  alpha: float | None = 4.0, kappa: float = 0.2, delta: float = 0.1,
