@@ -51,12 +51,6 @@ def stationary(n_quantities: int, draws: int, rho: float, rng) -> np.ndarray:
     return (np.exp(0.35 * a) * rng.normal(size=a.shape)).transpose(0, 2, 1)
 
 
-def posterior_array(fit) -> np.ndarray:
-    post = fit.to_arviz().posterior
-    return np.concatenate([post[v].values.reshape(post[v].shape[0], post[v].shape[1], -1)
-                           for v in post.data_vars], axis=2)
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="lgcp")
@@ -76,7 +70,7 @@ def main(argv=None) -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             fit = ahmc_stan.tune_and_sample(model, chains=4, warmup=1000, draws=draws,
                                             seed=seed, progress=False, diagnose=False)
-            folded, bulk, rhat = _ess_rhat(posterior_array(fit))
+            folded, bulk, rhat = _ess_rhat(fit.draws)
             n_quantities = len(rhat)
             e = fit.efficiency()
             runs.append((draws, seed, rhat.max(), int((rhat > 1.01).sum()), np.median(folded),

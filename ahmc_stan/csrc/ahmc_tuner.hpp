@@ -432,7 +432,7 @@ class bo_tuner {
     const auto start = std::chrono::steady_clock::now();
     vec x(d_), unit(d_);
     snap(gamma, x.data());
-    for (int j = 0; j < d_; ++j) unit[j] = width_[j] > 0 ? (x[j] - low_[j]) / width_[j] : 0.0;
+    to_unit(x.data(), unit.data());
     ++i_;
     gp_.add(unit, reward);  // the GP's data change only here; predictions are lazy
     if (reward > r_max_) {
@@ -478,6 +478,11 @@ class bo_tuner {
     }
   }
 
+  // Box units to the unit cube (0 on a dimension of zero width).
+  void to_unit(const double* x, double* unit) const {
+    for (int j = 0; j < d_; ++j) unit[j] = width_[j] > 0 ? (x[j] - low_[j]) / width_[j] : 0.0;
+  }
+
   // gamma_{i+1} = argmax of s mu + p sqrt(beta) sigma over the grid (first maximum) or by
   // DIRECT at points whose integer dimensions are rounded (as maximize_direct in
   // ahmc_stan/tuning/bayesopt.py).
@@ -485,16 +490,11 @@ class bo_tuner {
     const double weight = p_i * std::sqrt(b);
     if (s_cfg_.maximizer == 1) {
       gp_.prepare_points();
-      vec unit(d_);
+      vec x(d_), unit(d_);
       const auto negative_ucb = [&](const double* u) {
-        for (int j = 0; j < d_; ++j) {
-          if (width_[j] == 0) {
-            unit[j] = 0.0;
-            continue;
-          }
-          const double v = low_[j] + std::min(std::max(u[j], 0.0), 1.0) * width_[j];
-          unit[j] = ((integer_[j] ? std::nearbyint(v) : v) - low_[j]) / width_[j];
-        }
+        for (int j = 0; j < d_; ++j) x[j] = low_[j] + u[j] * width_[j];
+        snap(x.data(), x.data());
+        to_unit(x.data(), unit.data());
         double mean, var;
         gp_.predict_point(unit.data(), mean, var);
         const double val = s_ * mean + weight * std::sqrt(var);
@@ -503,7 +503,6 @@ class bo_tuner {
       direct_options options;
       options.maxfun = s_cfg_.direct_maxfun;
       const std::vector<double> u = direct_minimise(d_, negative_ucb, options);
-      vec x(d_);
       for (int j = 0; j < d_; ++j) x[j] = low_[j] + u[j] * width_[j];
       snap(x.data(), current_.data());
       return;

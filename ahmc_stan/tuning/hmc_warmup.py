@@ -24,8 +24,9 @@ be independent; with ``grad_init`` they run in ``1/|∇ log p(x₀)|`` (:func:`g
 instead of the identity until the first window ends.  A gradient-based metric whose last
 window diverged in more than :data:`FALLBACK_DIVERGENT` of its iterations is replaced by
 Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller
-grants ``extra_window`` iterations, one more window of up to the last window's length then runs in that diagonal
-metric and Stan's diagonal is estimated again from its draws (a window that ran in the
+grants ``extra_window`` iterations, one more window of up to the last window's length
+then runs in that diagonal metric and Stan's diagonal is estimated again from its draws
+(a window that ran in the
 failing metric explored the directions it under-scaled too little, so its variances are
 too small there).
 """
