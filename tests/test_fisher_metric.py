@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ahmc_stan import tune_and_sample
+from ahmc_stan.metric import LowRankInvMetric
 from ahmc_stan.tuning.hmc_warmup import EARLY_MAX_STEPS
 from ahmc_stan.tuning.windows import adaptation_windows, fisher_inv_metric
 
@@ -86,29 +87,46 @@ def test_low_rank_is_the_covariance_of_a_gaussian():
     assert np.linalg.cond(whitened) <= 2.0 + 1e-6
 
 
-def test_low_rank_survives_an_svd_that_does_not_converge(monkeypatch):
-    """LAPACK's gesdd fails to converge on rare finite inputs (met on a window of the SV
-    model): the estimate is then the same from SciPy's gesvd, and when no driver
-    converges it is the diagonal estimate, not an exception in the middle of warmup."""
-    from scipy import linalg
-
+def test_low_rank_survives_a_failed_decomposition(monkeypatch):
+    """LAPACK fails on rare finite inputs (an SVD did so on a window of the SV model): when
+    the span's eigendecomposition or the Cholesky factor of the gradients' covariance fails,
+    the estimate is the diagonal one, not an exception in the middle of warmup."""
     from ahmc_stan.tuning import windows
 
     rng = np.random.default_rng(3)
     sigma = ridge_covariance()
     x = rng.multivariate_normal(np.ones(3), sigma, size=8)
     grads = -np.linalg.solve(sigma, (x - 1).T).T
-    expected = windows.low_rank_inv_metric(x, grads).to_dense()
+    assert isinstance(windows.low_rank_inv_metric(x, grads), LowRankInvMetric)
 
     def fails(*args, **kwargs):
-        raise np.linalg.LinAlgError("SVD did not converge")
+        raise np.linalg.LinAlgError("did not converge")
 
-    monkeypatch.setattr(windows.np.linalg, "svd", fails)
-    np.testing.assert_allclose(windows.low_rank_inv_metric(x, grads).to_dense(), expected,
-                               rtol=1e-10, atol=1e-14)
-    monkeypatch.setattr(linalg, "svd", fails)
-    np.testing.assert_array_equal(windows.low_rank_inv_metric(x, grads),
-                                  windows.fisher_inv_metric(x, grads))
+    for name in ("eigh", "cholesky"):
+        with monkeypatch.context() as patch:
+            patch.setattr(windows.np.linalg, name, fails)
+            np.testing.assert_array_equal(windows.low_rank_inv_metric(x, grads),
+                                          windows.fisher_inv_metric(x, grads))
+
+
+def test_low_rank_span_of_a_wide_window_matches_a_tall_one():
+    """With fewer draws than parameters the span comes from the 2n × 2n Gram matrix, with
+    more from the d × d one: on the same window, padded with parameters the draws do not
+    move and the gradients do not see, both give the same metric in the shared
+    coordinates (and the padding keeps its diagonal)."""
+    from ahmc_stan.tuning.windows import low_rank_inv_metric
+
+    rng = np.random.default_rng(5)
+    sigma = ridge_covariance()
+    x = rng.multivariate_normal(np.ones(3), sigma, size=4)  # 2n = 8 > d = 3: tall
+    grads = -np.linalg.solve(sigma, (x - 1).T).T
+    tall = low_rank_inv_metric(x, grads).to_dense()
+    pad = 7  # d = 10 > 2n = 8: wide
+    x_wide = np.hstack([x, np.zeros((4, pad))])
+    g_wide = np.hstack([grads, np.zeros((4, pad))])
+    wide = low_rank_inv_metric(x_wide, g_wide)
+    np.testing.assert_allclose(wide.to_dense()[:3, :3], tall, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(wide.to_dense()[3:, 3:], np.diag(wide.diag[3:]), atol=1e-12)
 
 
 def test_ahmc_low_rank_on_a_ridge(tmp_path):
@@ -135,34 +153,90 @@ def test_ahmc_low_rank_on_a_ridge(tmp_path):
                                   fit.draws)
 
 
-def test_low_rank_metric_in_the_c_layer(mvn_model):
+@pytest.mark.parametrize("dims, rank", [(3, 2), (13, 5), (13, 8)])
+def test_low_rank_metric_in_the_c_layer(mvn_model, dims, rank):
     """The C layer's diagonal-plus-low-rank kind: leapfrog steps equal those with the same
-    metric as a dense matrix, and its momenta have covariance M = (M⁻¹)⁻¹."""
+    metric as a dense matrix, and its momenta have covariance M = (M⁻¹)⁻¹.  13 × 5 and
+    13 × 8 take the AVX2 loops (where the CPU has them) through their blocks of four rows
+    and four directions and through both tails."""
+    from ahmc_stan import StanModel
     from ahmc_stan.metric import LowRankInvMetric, draw_momenta
 
+    from .conftest import stan_model_path
+
     rng = np.random.default_rng(8)
-    q, _ = np.linalg.qr(rng.normal(size=(3, 2)))
-    low = LowRankInvMetric(np.array([0.5, 2.0, 1.5]), q, np.array([9.0, 0.2]))
+    if dims == 3:
+        model = mvn_model
+    else:
+        a = np.triu(rng.normal(size=(dims, dims)))
+        model = StanModel(stan_model_path("mvn"), {"D": dims, "mu": rng.normal(size=dims),
+                                                   "Sigma": a.T @ a + np.eye(dims)})
+    q, _ = np.linalg.qr(rng.normal(size=(dims, rank)))
+    low = LowRankInvMetric(rng.uniform(0.5, 2.0, dims), q,
+                           np.exp(rng.uniform(-2.0, 2.0, rank)))
     dense = low.to_dense()
-    np.testing.assert_allclose(low @ np.eye(3), dense)
-    np.testing.assert_allclose(low.solve(dense), np.eye(3), atol=1e-12)
-    density = mvn_model.density
+    np.testing.assert_allclose(low @ np.eye(dims), dense)
+    np.testing.assert_allclose(low.solve(dense), np.eye(dims), atol=1e-12)
+    density = model.density
     ends = []
     for metric in (low, dense):
-        x, p, g = np.array([0.3, -0.7, 1.9]), np.array([0.4, 1.1, -0.2]), np.empty(3)
+        x, p, g = rng.normal(size=dims), rng.normal(size=dims), np.empty(dims)
+        if ends:
+            x, p = ends[0][4].copy(), ends[0][5].copy()
+        x0, p0 = x.copy(), p.copy()
         lp = density.log_density_gradient(x, g)
         lp, n = density.leapfrog(12, 0.05, metric, x, p, g, lp)
-        ends.append((x, p, lp, n))
+        ends.append((x, p, lp, n, x0, p0))
     np.testing.assert_allclose(ends[0][0], ends[1][0], rtol=1e-12)
     np.testing.assert_allclose(ends[0][1], ends[1][1], rtol=1e-12)
-    assert ends[0][2:] == pytest.approx(ends[1][2:], rel=1e-12)
+    assert ends[0][2:4] == pytest.approx(ends[1][2:4], rel=1e-12)
     # momenta: C++ and numpy draws both have covariance M
     m = np.linalg.inv(dense)
-    for p in (density.draw_momenta(low, 11, 40000), draw_momenta(rng, low, 40000, 3)):
+    for p in (density.draw_momenta(low, 11, 40000), draw_momenta(rng, low, 40000, dims)):
         cov = np.cov(p, rowvar=False)
         # the sd of a sample covariance entry is sqrt((M_ii M_jj + M_ij²) / n)
         tol = 5 * np.sqrt((np.outer(np.diag(m), np.diag(m)) + m**2) / len(p))
         assert np.all(np.abs(cov - m) < tol), (cov, m)
+
+
+_LOW_RANK_LEAPFROG = """
+import sys, numpy as np
+from ahmc_stan import StanModel
+from ahmc_stan.metric import LowRankInvMetric
+rng = np.random.default_rng(4)
+d, k = 13, 6
+a = np.triu(rng.normal(size=(d, d)))
+model = StanModel(sys.argv[1], {"D": d, "mu": rng.normal(size=d), "Sigma": a.T @ a + np.eye(d)})
+q, _ = np.linalg.qr(rng.normal(size=(d, k)))
+low = LowRankInvMetric(rng.uniform(0.5, 2.0, d), q, np.exp(rng.uniform(-2.0, 2.0, k)))
+x, p, g = rng.normal(size=d), rng.normal(size=d), np.empty(d)
+lp = model.density.log_density_gradient(x, g)
+lp, n = model.density.leapfrog(20, 0.05, low, x, p, g, lp)
+print(repr(np.concatenate([x, p, [lp]]).tolist()))
+"""
+
+
+def test_low_rank_products_with_and_without_avx2():
+    """The baseline loops (``AHMC_NO_AVX2=1``) and the AVX2 ones, where the CPU has them,
+    give the same trajectory to rounding."""
+    import ast
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .conftest import stan_model_path
+
+    ends = []
+    for off in ("", "1"):
+        out = subprocess.run([sys.executable, "-c", _LOW_RANK_LEAPFROG,
+                              str(stan_model_path("mvn"))], capture_output=True, text=True,
+                             env={**os.environ, "AHMC_NO_AVX2": off}, check=True)
+        ends.append(np.array(ast.literal_eval(out.stdout.strip().splitlines()[-1])))
+    np.testing.assert_allclose(ends[0], ends[1], rtol=1e-11, atol=1e-13)
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if " avx2" in flags and " fma" in flags:  # two paths ran: fused and unfused roundings
+        assert not np.array_equal(ends[0], ends[1])
 
 
 def test_paths_start_short_with_a_metric_from_gradients():

@@ -17,6 +17,7 @@
 
 #include <boost/random/normal_distribution.hpp>
 
+#include "ahmc_low_rank.hpp"
 #include "ahmc_tuner.hpp"
 
 #include <chrono>
@@ -208,18 +209,26 @@ struct low_rank_metric {
         inv_root_d(packed + 1 + n, n), c(packed + 1 + 2 * n, k),
         c_root(packed + 1 + 2 * n + k, k), vecs(packed + 1 + 2 * n + 2 * k, n, k) {}
   // M^-1 v = S (w + V (c .* V'w)) with w = S v; or, with `root`, the momentum
-  // S^-1 (v + V (c_root .* V'v)) whose covariance is M for v ~ N(0, I).
+  // S^-1 (v + V (c_root .* V'v)) whose covariance is M for v ~ N(0, I).  The products
+  // are ahmc_low_rank.hpp's.
   void apply(const Eigen::Ref<const vector_d>& v, Eigen::Ref<vector_d> out, bool root) const {
     if (root) {
-      out = inv_root_d.cwiseProduct(v + vecs * c_root.cwiseProduct(vecs.transpose() * v));
+      ahmc_low_rank::product(vecs, c_root.data(), v.data(), inv_root_d.data(), out.data());
     } else {
-      const vector_d w = root_d.cwiseProduct(v);
-      out = root_d.cwiseProduct(w + vecs * c.cwiseProduct(vecs.transpose() * w));
+      thread_local vector_d w;
+      w = root_d.cwiseProduct(v);
+      ahmc_low_rank::product(vecs, c.data(), w.data(), root_d.data(), out.data());
     }
+  }
+  // out = (I + V (c_root .* V')) S^-1 dx, whose squared norm is dx' M dx.
+  void whiten(const Eigen::Ref<const vector_d>& dx, Eigen::Ref<vector_d> out) const {
+    thread_local vector_d w;
+    w = inv_root_d.cwiseProduct(dx);
+    ahmc_low_rank::product(vecs, c_root.data(), w.data(), nullptr, out.data());
   }
   Eigen::Index k;
   Eigen::Map<const vector_d> root_d, inv_root_d, c, c_root;
-  Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> vecs;
+  Eigen::Map<const ahmc_low_rank::row_major> vecs;
 };
 
 // out = M^-1 v for the inverse metric kinds of the sampler entry points: 0 identity,
@@ -944,9 +953,7 @@ class metric_norm {
       work_ = llt_.matrixL().solve(dx);
       return work_.squaredNorm();
     }
-    const low_rank_metric lr(inv_metric_, n);
-    work_ = lr.inv_root_d.cwiseProduct(dx);
-    work_ += lr.vecs * lr.c_root.cwiseProduct(lr.vecs.transpose() * work_);
+    low_rank_metric(inv_metric_, n).whiten(dx, work_);
     return work_.squaredNorm();
   }
 

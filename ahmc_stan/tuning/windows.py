@@ -10,6 +10,7 @@ Carpenter 2026, the diagonal minimiser of their Fisher divergence)."""
 from __future__ import annotations
 
 import numpy as np
+from scipy import linalg
 
 from ..metric import LowRankInvMetric
 
@@ -74,16 +75,30 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     return shrink * estimate + ridge
 
 
-def _svd(a: np.ndarray):
-    """Thin SVD; when LAPACK's divide-and-conquer ``gesdd`` (numpy's) does not converge,
-    which happens on rare finite inputs (met on a window of the SV model's draws and
-    gradients), the slower QR-iteration ``gesvd`` of SciPy."""
-    try:
-        return np.linalg.svd(a, full_matrices=False)
-    except np.linalg.LinAlgError:
-        from scipy import linalg
+#: Directions of the window's draws and gradients whose squared singular value is below
+#: this fraction of the largest carry no data (the centring removes one per block, repeated
+#: draws of rejections more): the span keeps the others.
+SPAN_TOL = 1e-12
 
-        return linalg.svd(a, full_matrices=False, lapack_driver="gesvd")
+
+def _span(x: np.ndarray, g: np.ndarray):
+    """Coordinates of the rows of ``x`` and ``g`` (n × d each) in an orthonormal basis of
+    the span of all 2n rows, and the map from coordinates to the d parameters.  From the
+    eigendecomposition of the smaller Gram matrix, ``AᵀA`` (d × d) or ``AAᵀ`` (2n × 2n),
+    ``A = [x; g]``: the span's directions all carry the draws' or the gradients' spread,
+    whichever is larger, so its conditioning is the posterior's anisotropy after the
+    diagonal scaling, not its square."""
+    a = np.concatenate([x, g])
+    n = len(x)
+    if a.shape[1] <= a.shape[0]:
+        w, v = np.linalg.eigh(a.T @ a)
+        basis = v[:, w > SPAN_TOL * w[-1]] if w[-1] > 0 else v[:, :0]
+        return x @ basis, g @ basis, lambda c: basis @ c
+    gram = a @ a.T
+    w, u = np.linalg.eigh(gram)
+    keep = w > SPAN_TOL * w[-1] if w[-1] > 0 else np.zeros(len(w), dtype=bool)
+    coef = u[:, keep] / np.sqrt(w[keep])  # basis = Aᵀ·coef, orthonormal
+    return gram[:n] @ coef, gram[n:] @ coef, lambda c: a.T @ (coef @ c)
 
 
 def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
@@ -99,30 +114,30 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     eigenvalue falls more than a factor :data:`AGREEMENT` below the draws' variance in
     its direction, as on the diagonal.  Returns the
     :class:`~ahmc_stan.metric.LowRankInvMetric` ``D^½ (I + V(Λ − I)Vᵀ) D^½``, or the
-    vector ``D`` when no direction needs correcting (or no SVD of the window converges)."""
+    vector ``D`` when no direction needs correcting (or an eigendecomposition fails)."""
     n = len(draws)
     diag = fisher_inv_metric(draws, grads)
     scale = np.sqrt(diag)
     x = (draws - draws.mean(axis=0)) / scale
     g = (grads - grads.mean(axis=0)) * scale
     try:
-        basis, sv, _ = _svd(np.concatenate([x, g]).T)
-    except (np.linalg.LinAlgError, ValueError):  # neither driver converged: the diagonal
+        xq, gq, to_params = _span(x, g)
+    except (np.linalg.LinAlgError, ValueError):  # no eigendecomposition: the diagonal
         return diag
-    basis = basis[:, sv > 1e-10 * sv[0]] if sv.size and sv[0] > 0 else basis[:, :0]
-    k = basis.shape[1]
-    xq, gq = x @ basis, g @ basis
+    k = xq.shape[1]
     cov_x = xq.T @ xq / max(n - 1, 1) + gamma * np.eye(k)
     cov_g = gq.T @ gq / max(n - 1, 1) + gamma * np.eye(k)
-    # S = B^-1/2 (B^1/2 A B^1/2)^1/2 B^-1/2 with A = Cov(x), B = Cov(∇)
-    w, u = np.linalg.eigh(cov_g)
-    b_half, b_inv_half = (u * np.sqrt(w)) @ u.T, (u / np.sqrt(w)) @ u.T
-    w2, u2 = np.linalg.eigh(b_half @ cov_x @ b_half)
-    middle = (u2 * np.sqrt(np.clip(w2, 0, None))) @ u2.T
-    lam, vecs = np.linalg.eigh(b_inv_half @ middle @ b_inv_half)
-    var_x = np.einsum("ij,ik,kj->j", vecs, cov_x, vecs)
+    try:  # S = L⁻ᵀ (Lᵀ Cov(x) L)^½ L⁻¹ = Y Yᵀ with Cov(∇) = L Lᵀ (then S·Cov(∇)·S = Cov(x))
+        chol = np.linalg.cholesky(cov_g)
+        w, u = np.linalg.eigh(chol.T @ cov_x @ chol)
+        y = linalg.solve_triangular(chol, u * np.clip(w, 0, None) ** 0.25, lower=True,
+                                    trans="T")
+        lam, vecs = np.linalg.eigh(y @ y.T)
+    except (np.linalg.LinAlgError, ValueError):
+        return diag
+    var_x = np.einsum("ij,ij->j", vecs, cov_x @ vecs)
     lam = np.maximum(lam, var_x / AGREEMENT)
     keep = (lam > cutoff) | (lam < 1.0 / cutoff)
     if not keep.any():  # nothing to correct: the diagonal, kept diagonal (cheaper steps)
         return diag
-    return LowRankInvMetric(diag, basis @ vecs[:, keep], lam[keep])
+    return LowRankInvMetric(diag, to_params(vecs[:, keep]), lam[keep])
