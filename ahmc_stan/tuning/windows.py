@@ -85,9 +85,10 @@ def _span(x: np.ndarray, g: np.ndarray):
     """Coordinates of the rows of ``x`` and ``g`` (n × d each) in an orthonormal basis of
     the span of all 2n rows, and the map from coordinates to the d parameters.  From the
     eigendecomposition of the smaller Gram matrix, ``AᵀA`` (d × d) or ``AAᵀ`` (2n × 2n),
-    ``A = [x; g]``: the span's directions all carry the draws' or the gradients' spread,
-    whichever is larger, so its conditioning is the posterior's anisotropy after the
-    diagonal scaling, not its square."""
+    ``A = [x; g]``.  Forming it squares A's singular values, which is safe here: every
+    direction of the span carries the draws' or the gradients' spread, whichever is
+    larger (for a Gaussian, after the diagonal scaling, their product is 1), so none with
+    data comes near the rounding floor."""
     a = np.concatenate([x, g])
     n = len(x)
     if a.shape[1] <= a.shape[0]:
