@@ -26,9 +26,8 @@ window diverged in more than :data:`FALLBACK_DIVERGENT` of its iterations is rep
 Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller
 grants ``extra_window`` iterations, one more window of up to the last window's length
 then runs in that diagonal metric and Stan's diagonal is estimated again from its draws
-(a window that ran in the
-failing metric explored the directions it under-scaled too little, so its variances are
-too small there).
+(a window that ran in the failing metric explored the directions it under-scaled too
+little, so its variances are too small there).
 """
 
 from __future__ import annotations

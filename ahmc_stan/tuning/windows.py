@@ -90,14 +90,13 @@ def _span(x: np.ndarray, g: np.ndarray):
     larger (for a Gaussian, after the diagonal scaling, their product is 1), so none with
     data comes near the rounding floor."""
     a = np.concatenate([x, g])
-    n = len(x)
-    if a.shape[1] <= a.shape[0]:
-        w, v = np.linalg.eigh(a.T @ a)
-        basis = v[:, w > SPAN_TOL * w[-1]] if w[-1] > 0 else v[:, :0]
-        return x @ basis, g @ basis, lambda c: basis @ c
-    gram = a @ a.T
+    n, tall = len(x), a.shape[1] <= a.shape[0]
+    gram = a.T @ a if tall else a @ a.T
     w, u = np.linalg.eigh(gram)
-    keep = w > SPAN_TOL * w[-1] if w[-1] > 0 else np.zeros(len(w), dtype=bool)
+    keep = w > SPAN_TOL * max(w[-1], 0.0)  # nothing when no row carries data
+    if tall:
+        basis = u[:, keep]
+        return x @ basis, g @ basis, lambda c: basis @ c
     coef = u[:, keep] / np.sqrt(w[keep])  # basis = Aᵀ·coef, orthonormal
     return gram[:n] @ coef, gram[n:] @ coef, lambda c: a.T @ (coef @ c)
 
