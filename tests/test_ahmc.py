@@ -219,6 +219,20 @@ def test_default_box_from_reference_step_size():
     assert box.dims[1].high == 63  # ceil(2π / 0.1)
     assert default_box(10.0).dims[1].high == 10
     assert default_box(1e-4, max_num_steps=500).dims[1].high == 500
+    assert box.dims[1].low == 1 and default_box(0.1, min_num_steps=2).dims[1].low == 2
+    assert default_box(0.1, max_num_steps=1, min_num_steps=2).dims[1].low == 1
+
+
+def test_ahmc_leaves_a_single_leapfrog_step_out_of_its_box(mvn_model):
+    """AHMC's default box starts at L = 2 (MALA, L = 1, mixes half as fast per gradient
+    where the reward ranks it close to L = 2); ``min_num_steps=1`` lets it back in."""
+    for option, low in (({}, 2), ({"min_num_steps": 1}, 1)):
+        fit = tune_and_sample(mvn_model, chains=1, warmup=300, draws=100, seed=3,
+                              progress=False, diagnose=False, **option)
+        chain = fit.metadata["chains"][0]
+        assert chain["box"][1][1] == low
+        steps = [row["gamma_num_steps"] for row in chain["tuning_history"]]
+        assert min(steps) >= low
 
 
 def test_block_rewards_at_once_equal_the_per_block_rewards():

@@ -290,13 +290,13 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     assert saved.metadata["chain_rerun"] == again.metadata["chain_rerun"]
     assert saved.n_grad_warmup == again.n_grad_warmup
 
-    # seed 18 (of 1-40, the one with three, since AHMC's blocks run in one C++ call):
-    # three chains in the minor mode, one in the main mode; the three are rerun (in
-    # parallel worker processes), as chains run one after another would be
-    run["seed"] = 18
+    # seed 94 (of 1-100 none has three since the metric is estimated in the initial
+    # buffer too): two chains in the minor mode, two in the main mode, so no majority
+    # tells them apart, only the mass; both are rerun (in parallel worker processes),
+    # as chains run one after another would be
+    run["seed"] = 94
     off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
-    assert np.sum(off.draws[:, :, 0].mean(axis=1) > 1) == 3
-    assert not off.diagnose().get("stuck_chain")  # R-hat flags it; no chain is "low"
+    assert np.sum(off.draws[:, :, 0].mean(axis=1) > 1) == 2
     fit = tune_and_sample(model, "ahmc", **run)
     assert fit.diagnose().converged and np.all(fit.draws[:, :, 0].mean(axis=1) < -1)
     assert sorted(e["chain"] for e in fit.metadata["chain_rerun"]["runs"]

@@ -239,13 +239,58 @@ def test_low_rank_products_with_and_without_avx2():
         assert not np.array_equal(ends[0], ends[1])
 
 
+def test_adaptation_windows_follow_stan_and_split_the_buffer_for_gradient_metrics(
+        mvn_model, monkeypatch):
+    """Stan's windows (CmdStan's at 1000 warmup iterations: a 75-iteration buffer, then
+    25, 50, 100, 200 and a stretched 500, a 50-iteration terminal buffer; 15 %/10 %
+    buffers when they do not fit); ``early_window`` splits the initial buffer.  The scale
+    phase splits it for the metrics from gradients only, each estimate from its own
+    window's draws, and only on up to ``EARLY_WINDOW_MAX_DIMS`` parameters."""
+    from ahmc_stan import hmc
+    from ahmc_stan.tuning import hmc_warmup as warmup
+
+    stan = [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
+    assert adaptation_windows(1000) == stan
+    assert adaptation_windows(1000, early_window=25) == [(0, 25), (25, 50), (50, 75), *stan]
+    assert adaptation_windows(1000, early_window=30) == [(0, 30), (30, 60), *stan]
+    assert adaptation_windows(100, early_window=25) == [(15, 90)]
+    assert adaptation_windows(19) == []
+
+    kernel = hmc.HMCKernel(mvn_model.density)
+    for metric, estimator, expected in (("low_rank", "low_rank_inv_metric",
+                                         adaptation_windows(300, early_window=25)),
+                                        ("fisher", "fisher_inv_metric",
+                                         adaptation_windows(300, early_window=25)),
+                                        ("diag", "regularized_inv_metric",
+                                         adaptation_windows(300))):
+        seen = []
+
+        def estimate(draws, *rest, **kw):
+            seen.append(len(draws))
+            return np.ones(draws.shape[1])
+        monkeypatch.setattr(warmup, estimator, estimate)
+        warmup.hmc_warmup(kernel, np.random.default_rng(1), kernel.init(
+            np.full(mvn_model.dims, 0.5)), 300, metric, lambda steps: None)
+        assert seen == [end - start for start, end in expected]
+        assert len(expected) == (6 if metric != "diag" else 3)
+        if metric == "low_rank":  # more parameters than EARLY_WINDOW_MAX_DIMS: Stan's
+            seen.clear()
+            monkeypatch.setattr(warmup, "EARLY_WINDOW_MAX_DIMS", mvn_model.dims - 1)
+            warmup.hmc_warmup(kernel, np.random.default_rng(1), kernel.init(
+                np.full(mvn_model.dims, 0.5)), 300, metric, lambda steps: None)
+            assert seen == [end - start for start, end in adaptation_windows(300)]
+            monkeypatch.undo()
+
+
 def test_paths_start_short_with_a_metric_from_gradients():
     """With a metric from gradients the scale phase caps the leapfrog steps at 10 and
     doubles the cap every 25 iterations.  On a regression with an uncentred predictor ε
     stays small until the metric is estimated, and 2/ε-step paths (up to 1000) would take
-    most of warmup."""
+    most of warmup.  The initial buffer's windows estimate it from the 25th iteration on,
+    so by the end of the buffer the paths no longer need the cap (with Stan's windows
+    alone they ran at it until the 100th)."""
     from ahmc_stan import StanModel, datasets
-    from ahmc_stan.tuning.hmc_warmup import EARLY_CAP_EVERY
+    from ahmc_stan.tuning.hmc_warmup import EARLY_CAP_EVERY, EARLY_WINDOW
 
     from .conftest import stan_model_path
 
@@ -256,7 +301,8 @@ def test_paths_start_short_with_a_metric_from_gradients():
     bound = fit.warmup_sampler_stats["num_steps_max"][0][:500]
     cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // EARLY_CAP_EVERY)
     assert (bound <= cap).all()
-    assert (bound[:100] == cap[:100]).all()  # the cap binds until the first estimate
+    assert (bound[:EARLY_WINDOW] == cap[:EARLY_WINDOW]).all()  # until the first estimate
+    assert bound[75:100].mean() < cap[75:100].mean() / 2
 
 
 def test_grad_init_starts_from_the_initial_gradient(mvn_model):

@@ -21,9 +21,13 @@ One chain runs in two warmup phases and a sampling phase:
    with vanishing probability p_i of moving; ``adapt_during_sampling=False`` freezes it at
    its current γ.
 
-Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] and L ∈ {1..L_max} with
+Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] and L ∈ {2..L_max} with
 ``L_max = clip(ceil(2π/ε*), 10, max_num_steps)``, so that the mean path ``εL/2`` can reach
-half a period (π) of a unit-scale Gaussian direction at the reference step size.
+half a period (π) of a unit-scale Gaussian direction at the reference step size.  L = 1,
+a single leapfrog step (MALA), is left out (``min_num_steps=1`` lets it in): the reward
+ranks it close to L = 2 where it mixes about half as fast per gradient
+(``comparisons/min_steps.py``), so on models of a few parameters the tuner could settle
+there.
 
 Where it runs: phase 1 a metric window per call into C++ (``ahmc_hmc_adapt_block``);
 phases 2 and 3, blocks, rewards and the tuner's moves together, in calls of up to a tenth
@@ -57,12 +61,15 @@ __all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "run_native_tuned_block
 GAMMA = ("step_size", "num_steps")
 
 
-def default_box(reference_step_size: float, max_num_steps: int = 1000) -> Box:
-    """Γ derived from the reference step size ε* (see the module docstring)."""
+def default_box(reference_step_size: float, max_num_steps: int = 1000,
+                min_num_steps: int = 1) -> Box:
+    """Γ derived from the reference step size ε* (see the module docstring), L from
+    ``min_num_steps`` (at most ``L_max``)."""
     eps = reference_step_size
     l_max = int(np.clip(math.ceil(2 * math.pi / eps), 10, max_num_steps))
     return Box([Dimension(GAMMA[0], eps / 4, 1.5 * eps),
-                Dimension(GAMMA[1], 1, l_max, integer=True)])
+                Dimension(GAMMA[1], min(max(1, min_num_steps), l_max), l_max,
+                          integer=True)])
 
 
 HMC_STATS = ("step_size", "num_steps_max", "num_steps", "energy", "lp")
@@ -156,8 +163,10 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               progress: Callable[[int], None], *, metric: str = "low_rank", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
-              detect_stuck: bool = True, adapt_delta: float = 0.8, **tuning) -> ChainResult:
+              detect_stuck: bool = True, adapt_delta: float = 0.8, min_num_steps: int = 2,
+              **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
+    ``min_num_steps``: the lower end of L in the default box (module docstring).
 
     ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
     ``"identity"`` or a fixed array): the scale phase's inverse metric
@@ -187,7 +196,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                            metric=metric, box=box, scale_fraction=scale_fraction,
                            max_num_steps=max_num_steps, callback=callback,
                            max_restarts=max_restarts, detect_stuck=detect_stuck,
-                           adapt_delta=adapt_delta, **tuning)
+                           adapt_delta=adapt_delta, min_num_steps=min_num_steps, **tuning)
 
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
@@ -197,7 +206,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
                     adapt_delta: float = 0.8, grad_init: bool = False,
-                    **tuning) -> ChainResult:
+                    min_num_steps: int = 1, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -211,7 +220,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     ``adapt_delta`` its target acceptance statistic (:func:`run_chain`).  ``grad_init``
     (``metric="fisher"`` or ``"low_rank"``): the scale phase's first window runs in the
     diagonal inverse metric ``1/|∇ log p(x₀)|`` of the initial point instead of the
-    identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`)."""
+    identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`).  ``min_num_steps``: the
+    lower end of L in the default box (:func:`default_box`)."""
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
@@ -245,7 +255,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
         progress(rec.n)
-        box = default_box(eps_ref, max_num_steps) if box is None else as_box(box)
+        box = (default_box(eps_ref, max_num_steps, min_num_steps) if box is None
+               else as_box(box))
         initial = None
         if eps_ref is not None:
             initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),

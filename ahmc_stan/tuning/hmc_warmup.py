@@ -16,18 +16,27 @@ window's draws; ``"fisher"``, the diagonal from draws and gradients
 corrected in the directions the draws and gradients single out
 (:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array, a fixed inverse
 metric of which only ε is adapted.  All metrics are estimated in Stan's windows (a
-75-iteration buffer lets a chain started far out reach the typical set first; earlier
-windows let a chain that is slow there bake its slowness into the metric).  With the
-gradient-based metrics the paths start short (at most :data:`EARLY_MAX_STEPS` steps, a cap
-doubled every :data:`EARLY_CAP_EVERY` iterations): their draws need only span the space, not
-be independent; with ``grad_init`` they run in ``1/|∇ log p(x₀)|`` (:func:`gradient_init`)
-instead of the identity until the first window ends.  A gradient-based metric whose last
-window diverged in more than :data:`FALLBACK_DIVERGENT` of its iterations is replaced by
-Stan's diagonal estimate from the same draws (:func:`metric_fallback`); when the caller
-grants ``extra_window`` iterations, one more window of up to the last window's length
-then runs in that diagonal metric and Stan's diagonal is estimated again from its draws
-(a window that ran in the failing metric explored the directions it under-scaled too
-little, so its variances are too small there).
+75-iteration buffer lets a chain started far out reach the typical set first).  On up to
+:data:`EARLY_WINDOW_MAX_DIMS` parameters the gradient-based metrics are also estimated in
+the buffer, in windows of :data:`EARLY_WINDOW` iterations, each from its own draws and
+gradients (as nutpie's early windows switch): along a Gaussian direction sd(x)/sd(∇) is
+the variance however little the chain moved, so a chain still crawling along a ridge far
+out gets the ridge's scales after 25 iterations instead of running 75 at the ridge's
+narrow width in the identity; Stan's windows then re-estimate from later draws.  Beyond
+that (windows whose 50 draws and gradients span less than half the space) they cost
+more than they save on the latent fields measured (``README.md``).  (Doubling windows
+from the 10th iteration were tried: a chain restarted in a slow region of ARMA(1,1)
+baked its slowness into the metric, R-hat 1.84.)  Their paths start short (at most
+:data:`EARLY_MAX_STEPS` steps, a cap doubled every :data:`EARLY_CAP_EVERY` iterations):
+their draws need only span the space, not be independent; with ``grad_init`` they run in
+``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
+window ends.  A gradient-based metric whose last window diverged in more than
+:data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
+the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
+iterations, one more window of up to the last window's length then runs in that diagonal
+metric and Stan's diagonal is estimated again from its draws (a window that ran in the
+failing metric explored the directions it under-scaled too little, so its variances are
+too small there).
 """
 
 from __future__ import annotations
@@ -43,8 +52,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
                       regularized_inv_metric)
 
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback",
-           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
-           "FALLBACK_DIVERGENT"]
+           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "EARLY_WINDOW",
+           "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
@@ -52,6 +61,12 @@ METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 #: doubled every EARLY_CAP_EVERY iterations.
 EARLY_MAX_STEPS = 10
 EARLY_CAP_EVERY = 25
+
+#: Gradient-based metrics on at most EARLY_WINDOW_MAX_DIMS parameters: the initial buffer
+#: is split into windows of EARLY_WINDOW iterations, each estimated from its own draws
+#: and gradients (module docstring).
+EARLY_WINDOW = 25
+EARLY_WINDOW_MAX_DIMS = 4 * EARLY_WINDOW
 
 
 #: A gradient-based metric falls back to Stan's diagonal when more than this share of its
@@ -200,7 +215,9 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             raise ValueError("grad_init applies to the metrics from gradients "
                              f"('fisher', 'low_rank'), not metric={metric!r}")
         inv_metric = gradient_init(state.logdensity_grad)
-    windows = {} if inv_metric is None or fixed else dict(adaptation_windows(n_iter))
+    early = from_gradients and dims <= EARLY_WINDOW_MAX_DIMS
+    windows = {} if inv_metric is None or fixed else dict(adaptation_windows(
+        n_iter, early_window=EARLY_WINDOW if early else 0))
     window_start = {end: start for start, end in windows.items()}
     # with gradients, short paths at first: until the metric has settled a badly scaled
     # start makes ε tiny and 2/ε steps long

@@ -16,17 +16,22 @@ from ..metric import LowRankInvMetric
 
 
 def adaptation_windows(num_warmup: int, init_buffer: int = 75, term_buffer: int = 50,
-                       base_window: int = 25) -> list[tuple[int, int]]:
+                       base_window: int = 25,
+                       early_window: int = 0) -> list[tuple[int, int]]:
     """(start, end) iteration ranges of the slow windows, Stan's rules included: with fewer
     than 20 iterations nothing is adapted; when the defaults do not fit, the buffers
-    become 15% and 10% of warmup."""
+    become 15% and 10% of warmup.  ``early_window`` > 0 splits the initial buffer into
+    windows of that many iterations as well (the whole ones that fit)."""
     if num_warmup < 20:
         return []
     if init_buffer + base_window + term_buffer > num_warmup:
         init_buffer = int(0.15 * num_warmup)
         term_buffer = int(0.1 * num_warmup)
         base_window = num_warmup - (init_buffer + term_buffer)
-    windows, start, size = [], init_buffer, base_window
+    windows = [(start, start + early_window)
+               for start in range(0, init_buffer - early_window + 1, early_window)
+               ] if early_window > 0 else []
+    start, size = init_buffer, base_window
     end_of_slow = num_warmup - term_buffer
     while start < end_of_slow:
         end = start + size
