@@ -275,11 +275,11 @@ def test_adaptation_windows_follow_stan_and_split_the_buffer_for_gradient_metric
         assert len(expected) == (6 if metric != "diag" else 3)
         if metric == "low_rank":  # more parameters than EARLY_WINDOW_MAX_DIMS: Stan's
             seen.clear()
-            monkeypatch.setattr(warmup, "EARLY_WINDOW_MAX_DIMS", mvn_model.dims - 1)
-            warmup.hmc_warmup(kernel, np.random.default_rng(1), kernel.init(
-                np.full(mvn_model.dims, 0.5)), 300, metric, lambda steps: None)
+            with monkeypatch.context() as few:
+                few.setattr(warmup, "EARLY_WINDOW_MAX_DIMS", mvn_model.dims - 1)
+                warmup.hmc_warmup(kernel, np.random.default_rng(1), kernel.init(
+                    np.full(mvn_model.dims, 0.5)), 300, metric, lambda steps: None)
             assert seen == [end - start for start, end in adaptation_windows(300)]
-            monkeypatch.undo()
 
 
 def test_paths_start_short_with_a_metric_from_gradients():

@@ -166,7 +166,6 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               detect_stuck: bool = True, adapt_delta: float = 0.8, min_num_steps: int = 2,
               **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
-    ``min_num_steps``: the lower end of L in the default box (module docstring).
 
     ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
     ``"identity"`` or a fixed array): the scale phase's inverse metric
@@ -180,7 +179,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
     ``callback(recorder)`` runs after every block.  ``adapt_delta`` (Stan's name, default
     0.8) is the acceptance statistic the scale phase's dual averaging aims at: it sets ε*
-    and so the box [ε*/4, 1.5ε*], within which the tuner then picks ε by its reward.
+    and so the box [ε*/4, 1.5ε*], within which the tuner then picks ε by its reward;
+    ``min_num_steps`` (default 2) is the lower end of L in that box (module docstring).
 
     A chain stuck in the scale phase (step size collapsed by 10 orders of magnitude, or
     positions frozen for 50 iterations: :mod:`ahmc_stan.tuning.stuck`) restarts the
