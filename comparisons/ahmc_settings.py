@@ -1,6 +1,6 @@
 """AHMC under different settings, side by side: min bulk ESS per gradient (warmup
 included), per second, worst R-hat and the share of gradients spent in warmup, as medians
-over seeds and ratios to the first setting.
+over seeds and ratios to the first setting, and how many runs have an R-hat above 1.01.
 
     python comparisons/ahmc_settings.py --settings "warmup=1000" \\
         "warmup=700,scale_fraction=0.7143" [--models gauss2d,neal100,...] [--seeds 1,2,3]
@@ -74,13 +74,15 @@ def main(argv=None) -> None:
             base = base or med
             ratios[j].append(med["per_grad"] / base["per_grad"])
             cells.append(f"{med['per_grad']:.3g} ({med['per_grad'] / base['per_grad']:.2f}×) "
-                         f"/ {med['per_s']:.3g} / R̂ {max(r['rhat'] for r in runs):.3f} / "
+                         f"/ {med['per_s']:.3g} / R̂ {max(r['rhat'] for r in runs):.3f} "
+                         f"({sum(r['rhat'] > 1.01 for r in runs)} > 1.01) / "
                          f"{med['warmup_share']:.2f}")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     print("| geometric mean of the ratios | " + " | ".join(
         f"{np.exp(np.mean(np.log(r))):.2f}×" for r in ratios) + " |")
     print("\nCells: min ESS per gradient, warmup included (÷ the first setting) / per second "
-          "/ worst R-hat / warmup's share of gradients; medians over seeds " + args.seeds)
+          "/ worst R-hat (runs above 1.01) / warmup's share of gradients; medians over "
+          "seeds " + args.seeds)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ gradients; ``diag``: Stan's, from draws; ``ahmc_grad_init``: ``low_rank`` whose 
 window runs in ``1/|∇ log p(x₀)|``, ``grad_init=True``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds.  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
-second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat.
+second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
+also min tail and folded ESS per gradient, the spread's counterparts.
 Writes ``comparisons/results/nuts_peers.md`` and ``.json``.
 """
 
@@ -26,6 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
+import arviz as az
 import numpy as np
 
 import ahmc_stan
@@ -65,8 +67,14 @@ def run_one(model, sampler: str, run: dict) -> dict:
             fit = run_peer(sampler, model, diagnose=False, **run)
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    folded = float(np.min(az.ess(az.convert_to_dataset({"x": fit.params}),
+                                 method="folded")["x"].values))
     return {"min_ess": e["min_ess_bulk"], "per_grad": e["min_ess_per_grad_total"],
             "per_s": e["min_ess_per_s_total"], "max_rhat": e["max_rhat"],
+            "min_ess_tail": e["min_ess_tail"],
+            "per_grad_tail": e["min_ess_tail"] / grads if grads else math.nan,
+            "min_ess_folded": folded,
+            "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
             "wall": time.perf_counter() - start}
 
@@ -101,7 +109,8 @@ def main(argv=None) -> None:
                for s in samplers}
         for s in samplers:
             med[s]["max_rhat"] = float(max(r["max_rhat"] for r in runs[s]))
-        best = {k: max(med[p][k] for p in PEERS) for k in ("per_grad", "per_s")}
+        best = {k: max(med[p][k] for p in PEERS)
+                for k in ("per_grad", "per_s", "per_grad_tail", "per_grad_folded")}
         rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best,
                       "settings": {"chains": args.chains, "warmup": args.warmup,
                                    "draws": args.draws, "seeds": seeds},
@@ -124,7 +133,11 @@ def report(rows: dict) -> str:
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "
-             "side in one run on the shared 2-core machine.\n"]
+             "side in one run on the shared 2-core machine. For the spread, the tail ESS "
+             "(ArviZ's, as cmdstanpy's summary reports it: of the 5 % and 95 % quantiles) "
+             "and the folded ESS (of |x − median|, whose split R-hat is half of the R-hat "
+             "ArviZ reports), each against the best NUTS by that measure; the R-hat of a "
+             "fixed number of draws follows the folded ESS itself, not per gradient.\n"]
     samplers = list(dict.fromkeys(s for row in rows.values() for s in row["median"]))
 
     def section(title: str, cell, floatfmt: str = ".3g") -> None:
@@ -140,13 +153,21 @@ def report(rows: dict) -> str:
         return lambda name, row: {s: row["median"].get(s, {}).get(field, float("nan"))
                                   for s in samplers}
 
-    for title, key in (("per gradient (warmup included)", "per_grad"),
-                       ("per second (warmup included)", "per_s")):
-        section(f"Min ESS {title} ÷ best NUTS", lambda name, row, key=key: {
+    for title, key in (("Min ESS per gradient (warmup included)", "per_grad"),
+                       ("Min ESS per second (warmup included)", "per_s"),
+                       ("Min tail ESS per gradient (warmup included)", "per_grad_tail"),
+                       ("Min folded ESS per gradient (warmup included)",
+                        "per_grad_folded")):
+        if not any(key in row["best_nuts"] for row in rows.values()):
+            continue  # runs from before the tail ESS was recorded
+        section(f"{title} ÷ best NUTS", lambda name, row, key=key: {
             "dims": row["dims"], **{s: row["median"][s][key] / row["best_nuts"][key]
-                                    if s in row["median"] else float("nan")
-                                    for s in samplers}})
+                                    if s in row["median"] and key in row["best_nuts"]
+                                    else float("nan") for s in samplers}})
     section("Worst R-hat", per_sampler("max_rhat"), ".3f")
+    if any("min_ess_folded" in r for row in rows.values() for r in row["median"].values()):
+        section("Min folded ESS (median over seeds; the R-hat follows it)",
+                per_sampler("min_ess_folded"), ".0f")
     section("Share of gradients spent in warmup", per_sampler("warmup_share"), ".2f")
     section("Settings", lambda name, row: {
         "dims": row["dims"], **row.get("settings", {}),

@@ -385,8 +385,8 @@ def _write(tmp_path, data):
 
 def test_garch_low_rank_tail_warns_and_the_metric_rerun_fixes_it(tmp_path):
     """GARCH(1,1) on 500 DAX returns (the robustness suite's ``garch11``): with the
-    low-rank metric AHMC's chains agree (R-hat, ESS fine) but under-state the sds of
-    alpha0, alpha1 and beta1 by 5 % at this seed (20 of 20 seeds raise the tail-rejection
+    low-rank metric AHMC's chains agree (R-hat fine) but under-state the sds of alpha0
+    and beta1 by 7 % at this seed (20 of 20 seeds raise the tail-rejection
     warning, ``comparisons/results/tail_rejection.md``); Stan's diagonal metric explores
     the tail and raises nothing, so by default (``metric_rerun``) AHMC returns its fit,
     the low-rank run's cost counted."""
@@ -405,7 +405,7 @@ def test_garch_low_rank_tail_warns_and_the_metric_rerun_fixes_it(tmp_path):
         spec.loader.exec_module(registry)
     entry = registry.BY_NAME["garch11"]
     model = StanModel(entry.stan_file, entry.data())
-    run = dict(chains=4, warmup=1000, draws=1000, seed=3, progress=False, diagnose=False)
+    run = dict(chains=4, warmup=1000, draws=1000, seed=7, progress=False, diagnose=False)
     low_rank_fit = tune_and_sample(model, "ahmc", metric="low_rank", **run)
     low_rank = low_rank_fit.diagnose()
     # the tail the low-rank chains under-explore may also show as a tail ESS near 400

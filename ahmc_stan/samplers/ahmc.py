@@ -89,11 +89,11 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
                  notes: Callable[[dict], None] | None = None, extra_window: int = 0,
                  call_iterations: int | None = None, call_grads: float = math.inf,
-                 grad_init: bool = False):
+                 grad_init: bool = False, path_length: float = 2.0):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
     phase 0; ``progress(rec.n)`` after every call into the kernel; ``notes``,
-    ``extra_window``, ``call_iterations``, ``call_grads`` and ``grad_init`` as
-    ``hmc_warmup``'s.
+    ``extra_window``, ``call_iterations``, ``call_grads``, ``grad_init`` and
+    ``path_length`` as ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -103,7 +103,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
                       restarts=restarts, notes=notes, extra_window=extra_window,
                       call_iterations=call_iterations, call_grads=call_grads,
-                      grad_init=grad_init,
+                      grad_init=grad_init, path_length=path_length,
                       progress=None if progress is None else lambda: progress(rec.n))
 
 
@@ -164,7 +164,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
               detect_stuck: bool = True, adapt_delta: float = 0.8, min_num_steps: int = 2,
-              **tuning) -> ChainResult:
+              scale_path_length: float = 2.0, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
     ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
@@ -181,6 +181,9 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     0.8) is the acceptance statistic the scale phase's dual averaging aims at: it sets ε*
     and so the box [ε*/4, 1.5ε*], within which the tuner then picks ε by its reward;
     ``min_num_steps`` (default 2) is the lower end of L in that box (module docstring).
+    ``scale_path_length`` (default 2) is the scale phase's bound on the path length εL,
+    so its paths average about one unit of the adapted metric
+    (``comparisons/ahmc_settings.py`` measures other values).
 
     A chain stuck in the scale phase (step size collapsed by 10 orders of magnitude, or
     positions frozen for 50 iterations: :mod:`ahmc_stan.tuning.stuck`) restarts the
@@ -196,7 +199,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                            metric=metric, box=box, scale_fraction=scale_fraction,
                            max_num_steps=max_num_steps, callback=callback,
                            max_restarts=max_restarts, detect_stuck=detect_stuck,
-                           adapt_delta=adapt_delta, min_num_steps=min_num_steps, **tuning)
+                           adapt_delta=adapt_delta, min_num_steps=min_num_steps,
+                           scale_path_length=scale_path_length, **tuning)
 
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,
@@ -206,7 +210,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
                     adapt_delta: float = 0.8, grad_init: bool = False,
-                    min_num_steps: int = 1, **tuning) -> ChainResult:
+                    min_num_steps: int = 1, scale_path_length: float = 2.0,
+                    **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -221,7 +226,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     (``metric="fisher"`` or ``"low_rank"``): the scale phase's first window runs in the
     diagonal inverse metric ``1/|∇ log p(x₀)|`` of the initial point instead of the
     identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`).  ``min_num_steps``: the
-    lower end of L in the default box (:func:`default_box`)."""
+    lower end of L in the default box (:func:`default_box`).  ``scale_path_length``: the
+    scale phase's path length εL (``L_r ~ U{1..L}``, so about half of it on average) in
+    the metric's units (:func:`run_chain`)."""
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
@@ -250,7 +257,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                 state, inv_metric, eps_ref = _scale_phase(
                     kernel, rng, state, n_scale, metric, rec, max_num_steps, restarts,
                     adapt_delta, progress, notes.update, (warmup - n_scale) // 2,
-                    call_iterations(warmup, draws), options.max_call_steps, grad_init)
+                    call_iterations(warmup, draws), options.max_call_steps, grad_init,
+                    scale_path_length)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))

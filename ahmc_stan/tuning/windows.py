@@ -88,20 +88,22 @@ SPAN_TOL = 1e-12
 
 def _span(x: np.ndarray, g: np.ndarray):
     """Coordinates of the rows of ``x`` and ``g`` (n × d each) in an orthonormal basis of
-    the span of all 2n rows, and the map from coordinates to the d parameters.  From the
-    eigendecomposition of the smaller Gram matrix, ``AᵀA`` (d × d) or ``AAᵀ`` (2n × 2n),
+    a space that holds all 2n rows, and the map from coordinates to the d parameters.
+    With at least as many rows as parameters that space is R^d itself, in its own
+    coordinates: a direction no row has data in then gets γ·I in both covariances of
+    :func:`low_rank_inv_metric` and so S = I, as if it had been left out.  With fewer
+    rows it is their span, from the eigendecomposition of ``AAᵀ`` (2n × 2n),
     ``A = [x; g]``.  Forming it squares A's singular values, which is safe here: every
     direction of the span carries the draws' or the gradients' spread, whichever is
     larger (for a Gaussian, after the diagonal scaling, their product is 1), so none with
     data comes near the rounding floor."""
+    n, d = x.shape
+    if d <= 2 * n:
+        return x, g, lambda c: c
     a = np.concatenate([x, g])
-    n, tall = len(x), a.shape[1] <= a.shape[0]
-    gram = a.T @ a if tall else a @ a.T
+    gram = a @ a.T
     w, u = np.linalg.eigh(gram)
     keep = w > SPAN_TOL * max(w[-1], 0.0)  # nothing when no row carries data
-    if tall:
-        basis = u[:, keep]
-        return x @ basis, g @ basis, lambda c: basis @ c
     coef = u[:, keep] / np.sqrt(w[keep])  # basis = Aᵀ·coef, orthonormal
     return gram[:n] @ coef, gram[n:] @ coef, lambda c: a.T @ (coef @ c)
 
