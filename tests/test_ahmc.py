@@ -235,6 +235,22 @@ def test_ahmc_leaves_a_single_leapfrog_step_out_of_its_box(mvn_model):
         assert min(steps) >= low
 
 
+def test_scale_path_length_bounds_the_scale_phase_paths(mvn_model):
+    """``scale_path_length`` is the scale phase's bound on εL: after the early cap (the
+    first 75 iterations) each iteration's L is ``round(scale_path_length / ε)``, the ε of
+    that iteration; halving it halves the phase's paths."""
+    mean_steps = {}
+    for length in (2.0, 1.0):
+        fit = tune_and_sample(mvn_model, chains=1, warmup=400, draws=50, seed=4,
+                              progress=False, diagnose=False, scale_path_length=length)
+        stats = fit.warmup_sampler_stats
+        scale = np.flatnonzero(stats["phase"][0] == 0)[75:]
+        eps, bound = stats["step_size"][0, scale], stats["num_steps_max"][0, scale]
+        np.testing.assert_array_equal(bound, np.clip(np.floor(length / eps + 0.5), 1, None))
+        mean_steps[length] = stats["num_steps"][0, scale].mean()
+    assert mean_steps[1.0] < 0.7 * mean_steps[2.0], mean_steps
+
+
 def test_block_rewards_at_once_equal_the_per_block_rewards():
     """ESJD/√L of every m-block of a call, computed in one pass, is the per-block reward
     (each block's first jump from the position before it; a short last block)."""
