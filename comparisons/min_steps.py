@@ -11,32 +11,15 @@ acceptance rate and the min over coordinates of ArviZ's bulk ESS per gradient.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-import arviz as az
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from path_length_spread import run  # noqa: E402  (the exact leapfrog simulation)
+
 GRID = [(1.33, 1), (1.15, 1), (1.0, 2), (1.15, 2), (1.33, 2), (1.0, 3), (0.8, 3)]
-
-
-def run(rng, dims: int, n: int, eps: float, num_steps: int):
-    """``n`` HMC iterations; returns (reward ESJD/√L, acceptance rate, min ESS/grad)."""
-    x = rng.standard_normal(dims)
-    draws, jumps, grads, accepted = np.empty((n, dims)), 0.0, 0, 0
-    for t in range(n):
-        steps = rng.integers(1, num_steps + 1)
-        p = rng.standard_normal(dims)
-        y, q = x.copy(), p.copy()
-        for _ in range(steps):  # leapfrog for U(x) = |x|²/2
-            q -= 0.5 * eps * y
-            y += eps * q
-            q -= 0.5 * eps * y
-        grads += steps
-        if np.log(rng.uniform()) < 0.5 * (x @ x + p @ p - y @ y - q @ q):
-            jumps += np.sum((y - x) ** 2)
-            x, accepted = y, accepted + 1
-        draws[t] = x
-    ess = min(float(az.ess(draws[:, i])) for i in range(dims))
-    return jumps / n / np.sqrt(num_steps), accepted / n, ess / grads
 
 
 def main(argv=None) -> None:
@@ -50,7 +33,8 @@ def main(argv=None) -> None:
     print("| ε | L | reward ESJD/√L | acceptance | min ESS per gradient |")
     print("|---:|---:|---:|---:|---:|")
     for eps, num_steps in GRID:
-        reward, acc, per_grad = run(rng, args.dims, args.iterations, eps, num_steps)
+        reward, acc, per_grad, _ = run(rng, np.ones(args.dims), eps, num_steps,
+                                       args.iterations)
         print(f"| {eps} | {num_steps} | {reward:.2f} | {acc:.2f} | {per_grad:.3f} |")
 
 

@@ -38,9 +38,14 @@ def leapfrog_powers(eps: float, sds: np.ndarray, max_steps: int) -> np.ndarray:
     return out
 
 
-def run(rng, sds: np.ndarray, eps: float, bound: int, n: int, powers: np.ndarray):
-    """``n`` iterations at (ε, L = bound); returns (reward, acceptance, min bulk ESS per
-    gradient, min folded ESS per gradient)."""
+def run(rng, sds: np.ndarray, eps: float, bound: int, n: int,
+        powers: np.ndarray | None = None):
+    """``n`` iterations at (ε, L = bound), ``L_r ~ U{1..L}``; returns (reward ESJD/√L of
+    the accepted jumps in the metric's norm, as AHMC's blocks measure it, acceptance,
+    min bulk ESS per gradient, min folded ESS per gradient).  ``powers``: the
+    :func:`leapfrog_powers` of (ε, sds), at least ``bound`` of them."""
+    if powers is None:
+        powers = leapfrog_powers(eps, sds, bound)
     d = len(sds)
     x = rng.standard_normal(d) * sds
     draws = np.empty((n, d))
@@ -54,9 +59,8 @@ def run(rng, sds: np.ndarray, eps: float, bound: int, n: int, powers: np.ndarray
         y = m[:, 0, 0] * x + m[:, 0, 1] * p
         q = m[:, 1, 0] * x + m[:, 1, 1] * p
         dh = 0.5 * (np.sum(y**2 / sds**2) + q @ q - np.sum(x**2 / sds**2) - p @ p)
-        alpha = min(1.0, np.exp(-dh))
-        reward += alpha * np.sum(((y - x) / sds) ** 2) / np.sqrt(bound)  # expected jump
         if log_u[t] < -dh:
+            reward += np.sum(((y - x) / sds) ** 2) / np.sqrt(bound)
             x, accepted = y, accepted + 1
         draws[t] = x
     data = az.convert_to_dataset({"x": draws[None]})

@@ -296,7 +296,11 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     # as chains run one after another would be
     run["seed"] = 94
     off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
-    assert np.sum(off.draws[:, :, 0].mean(axis=1) > 1) == 2
+    minor = np.flatnonzero(off.draws[:, :, 0].mean(axis=1) > 1)
+    assert len(minor) == 2
+    found = off.diagnose()  # R-hat flags the split, the mass names the two chains
+    assert found.get("rhat")
+    assert sorted(c for p in found.get("stuck_chain") for c in p.chains) == list(minor)
     fit = tune_and_sample(model, "ahmc", **run)
     assert fit.diagnose().converged and np.all(fit.draws[:, :, 0].mean(axis=1) < -1)
     assert sorted(e["chain"] for e in fit.metadata["chain_rerun"]["runs"]
