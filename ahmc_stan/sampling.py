@@ -580,7 +580,11 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
                   steps=RERUN_STEPS[:1]) -> Fit:
     """``first``, or the fit of the first of ``steps`` that converged, each step run
     (``rerun(step options, index)``) only when the run before fails the tail-rejection
-    check; the other runs' cost charged to the returned fit's warmup.  No rerun when the
+    check; the other runs' cost charged to the returned fit's warmup.  When none of the
+    reruns converged, the complete fit with the largest min ESS (bulk and tail, over the
+    parameters; the first fit on a tie) is returned: ESS falls both when the chains
+    disagree and when they mix slowly, so it ranks fits that all warn (on SV the
+    diagonal's fit, R-hat 1.012, against the low-rank one's 1.036).  No rerun when the
     E-BFMI is low as well: the momenta cannot explore the energy (Betancourt 2016), a
     funnel-like geometry that a reparameterisation cures and no constant metric does
     (``comparisons/metric_rerun.py`` measures both rules)."""
@@ -624,7 +628,9 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             record["stopped"] = "incomplete"
             break
     record["adopted"] = chosen is not None
-    chosen = first if chosen is None else chosen
+    if chosen is None:
+        chosen = max((f for f in fits if not f.incomplete), key=_min_ess)  # first of equals
+        record["best_unconverged"] = fits.index(chosen)
     if record["runs"]:
         record["rerun_problems"] = record["runs"][-1]["problems"]
     others = [f for f in fits if f is not chosen]
@@ -643,8 +649,13 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     if record["adopted"]:
         kept = "its fit is returned" if len(record["runs"]) == 1 else "the last fit is returned"
     else:
+        best = record["best_unconverged"]
+        which = ("the first fit is returned" if best == 0 else
+                 f"the fit with {_options_text(record['runs'][best - 1]['options'])} is "
+                 f"returned, its min ESS {_min_ess(chosen):.0f} the largest (the first "
+                 f"fit's {_min_ess(first):.0f})")
         kept = (f"it did not converge either ({record.get('rerun_problems') or 'stopped'}): "
-                "the first fit is returned")
+                + which)
     runs = "run's" if len(others) == 1 else "runs'"
     cost = (f"; the other {runs} {record['charged']['n_grad']} gradients and "
             f"{record['charged']['seconds']:.3g} chain-seconds are counted in warmup"
@@ -653,6 +664,14 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
                       f"{ran or _options_text(steps[0]) + ' (stopped)'}; {kept}{cost}")
     chosen.metadata["metric_rerun"] = record
     return chosen
+
+
+def _min_ess(fit: Fit) -> float:
+    """The smallest bulk or tail ESS over the fit's varying parameters (0 if none is
+    finite): what :func:`_metric_rerun` ranks unconverged fits by."""
+    e = fit.efficiency()
+    values = [e["min_ess_bulk"], e["min_ess_tail"]]
+    return float(min(values)) if all(np.isfinite(values)) else 0.0
 
 
 def _charge(fit: Fit, other: Fit) -> None:

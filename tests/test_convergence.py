@@ -454,7 +454,8 @@ def _with_warmup(fit, n_warm=20, per_iteration=3):
 
 def test_metric_rerun_keeps_the_first_fit_when_the_rerun_fails_too():
     """The rule of ``tune_and_sample(metric_rerun=True)`` on synthetic fits: a rerun that
-    has not converged is not returned, but its cost is charged; no tail problem, no rerun."""
+    has not converged and mixes worse (a smaller min ESS) is not returned, but its cost is
+    charged; no tail problem, no rerun."""
     from ahmc_stan.sampling import _metric_rerun
 
     first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
@@ -501,7 +502,8 @@ def test_metric_rerun_applies_to_gradient_based_default_metrics_only():
 def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too():
     """The second step (``adapt_delta=0.95``) runs only when the diagonal's fit fails
     the tail-rejection check as well; the first converged fit is returned and the other
-    runs are charged to it; when no step converges, the first fit is returned."""
+    runs are charged to it; when no step converges and none mixes better, the first fit
+    is returned."""
     from ahmc_stan.sampling import RERUN_STEPS, _metric_rerun
 
     first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
@@ -523,7 +525,7 @@ def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too(
     assert "then with metric='diag', adapt_delta=0.95; the last fit is returned" in \
         record["note"]
 
-    # neither converges: the first fit, charged with both
+    # neither converges, and the three fits' min ESS are equal: the first, charged with both
     first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
     worse = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
     fit = _metric_rerun(first, lambda step, i: [diag, worse][i], progress=False,
@@ -531,6 +533,39 @@ def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too(
     assert fit is first and not fit.metadata["metric_rerun"]["adopted"]
     assert len(fit.metadata["metric_rerun"]["runs"]) == 2
     assert "the first fit is returned" in fit.metadata["metric_rerun"]["note"]
+
+
+def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
+    """When no rerun converges, the fit returned is the one with the largest min ESS
+    (bulk and tail), not always the first: on SV the low-rank fit (R-hat 1.036, min ESS
+    166, one chain stuck in phi's upper tail) against the diagonal's (R-hat 1.012, min
+    ESS 984).  The first fit's cost is charged to it."""
+    from ahmc_stan.sampling import _metric_rerun, _min_ess
+
+    first = _with_warmup(synthetic(sampler="ahmc"))
+    slow = first.draws.copy()  # AR(1) chains, rho = 0.98: a min ESS of a few dozen
+    for t in range(1, slow.shape[1]):
+        slow[:, t] = 0.98 * slow[:, t - 1] + np.sqrt(1 - 0.98 ** 2) * first.draws[:, t]
+    first.draws[...] = slow
+    first._diag_cache = None
+    low = slow[:, :, 1] <= np.quantile(slow[:, :, 1], 0.1)  # as _rejecting_in_a_tail
+    first.sampler_stats["accept_stat"][:, 1:] = 1 - np.where(low, 0.6, 0.1)[:, :-1]
+    assert "tail_rejection" in first.diagnose().kinds()
+    better = _with_warmup(synthetic(seed=3, sampler="ahmc"), per_iteration=5)
+    better.draws[0] += 0.5  # chain 1 a little apart: R-hat above 1.01, ESS still high
+    better._diag_cache = None
+    problems = better.diagnose()
+    assert not problems.converged and "rhat" in problems.kinds(), str(problems)
+    assert _min_ess(better) > 4 * _min_ess(first)
+    spent = first.n_grad_warmup + first.n_grad_sampling
+    own = better.n_grad_warmup
+    fit = _metric_rerun(first, lambda *step: better, progress=False)
+    assert fit is better
+    record = fit.metadata["metric_rerun"]
+    assert not record["adopted"] and record["best_unconverged"] == 1
+    assert "metric='diag' is returned, its min ESS" in record["note"]
+    assert record["charged"]["n_grad"] == spent and fit.n_grad_warmup == own + spent
+    assert "metric_rerun" not in first.metadata
 
 
 def test_tail_rejection_skips_thinned_fits():
