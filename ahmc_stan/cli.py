@@ -146,7 +146,8 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--no-metric-rerun", action="store_true",
                         help="keep the default metric's fit even when its chains leave a "
-                             "tail under-explored (tune_and_sample's metric_rerun)")
+                             "tail under-explored or disagree and mix slowly "
+                             "(tune_and_sample's metric_rerun)")
     parser.add_argument("--no-chain-rerun", action="store_true",
                         help="keep a chain that strayed into a region of negligible mass "
                              "or failed to adapt instead of running it again "

@@ -1,8 +1,9 @@
 """AHMC's reruns on the robustness suite.  The metric rerun
 (``tune_and_sample(metric_rerun=True)``, the default): a fit of the default ``low_rank``
-metric that fails the tail-rejection check is run again with ``metric="diag"`` (and, if
-that fails the check too, with ``adapt_delta=0.95`` as well), and the first converged fit
-returned.  The chain rerun (``chain_rerun=True``, the default,
+metric that fails the tail-rejection check, or both the R-hat and an ESS check, is run
+again with ``metric="diag"`` (and, if that fails the tail-rejection check, with
+``adapt_delta=0.95`` as well), and the first converged fit returned (else the one with
+the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,
 :mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
 again with a new seed; the table counts chains rerun and reruns adopted.
 Against the old default (``ahmc:metric=low_rank``) and CmdStan's NUTS, per model: runs

@@ -535,6 +535,46 @@ def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too(
     assert "the first fit is returned" in fit.metadata["metric_rerun"]["note"]
 
 
+def _autocorrelated(fit, rho):
+    """``fit`` with its iid draws turned into stationary AR(1) chains of coefficient ``rho``."""
+    x = fit.draws.copy()
+    for t in range(1, x.shape[1]):
+        x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho ** 2) * fit.draws[:, t]
+    fit.draws[...] = x
+    fit._diag_cache = None
+    return fit
+
+
+def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
+    """Without tail rejections the rerun runs when the R-hat check and an ESS check both
+    fail (SV's low-rank fits), and not when only one of them does."""
+    from ahmc_stan.sampling import _metric_rerun
+
+    first = _autocorrelated(_with_warmup(synthetic(sampler="ahmc")), 0.98)
+    first.draws[0] += 0.5
+    first._diag_cache = None
+    kinds = first.diagnose().kinds()
+    assert {"rhat", "ess_bulk"} <= set(kinds) and "tail_rejection" not in kinds
+    clean = _with_warmup(synthetic(seed=5, sampler="ahmc"), per_iteration=5)
+    assert clean.diagnose().converged
+    fit = _metric_rerun(first, lambda *step: clean, progress=False)
+    assert fit is clean
+    record = fit.metadata["metric_rerun"]
+    assert record["adopted"] and record["reason"].startswith("R-hat")
+    assert record["charged"]["n_grad"] == first.n_grad_warmup + first.n_grad_sampling
+
+    apart = _with_warmup(synthetic(seed=3, sampler="ahmc"))
+    apart.draws[0] += 0.35  # chain 1 a little apart: R-hat 1.013, every ESS above 400
+    apart._diag_cache = None
+    assert set(apart.diagnose().kinds()) == {"rhat"}
+    assert _metric_rerun(apart, lambda *a: pytest.fail("no rerun"), progress=False) is apart
+
+    slow = _autocorrelated(_with_warmup(synthetic(sampler="ahmc")), 0.7)
+    assert set(slow.diagnose().kinds()) == {"ess_bulk"}  # min ESS 295, R-hat within 1.01
+    assert _metric_rerun(slow, lambda *a: pytest.fail("no rerun"), progress=False) is slow
+    assert "metric_rerun" not in apart.metadata and "metric_rerun" not in slow.metadata
+
+
 def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
     """When no rerun converges, the fit returned is the one with the largest min ESS
     (bulk and tail), not always the first: on SV the low-rank fit (R-hat 1.036, min ESS
@@ -542,12 +582,8 @@ def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
     ESS 984).  The first fit's cost is charged to it."""
     from ahmc_stan.sampling import _metric_rerun, _min_ess
 
-    first = _with_warmup(synthetic(sampler="ahmc"))
-    slow = first.draws.copy()  # AR(1) chains, rho = 0.98: a min ESS of a few dozen
-    for t in range(1, slow.shape[1]):
-        slow[:, t] = 0.98 * slow[:, t - 1] + np.sqrt(1 - 0.98 ** 2) * first.draws[:, t]
-    first.draws[...] = slow
-    first._diag_cache = None
+    first = _autocorrelated(_with_warmup(synthetic(sampler="ahmc")), 0.98)  # min ESS ~ 50
+    slow = first.draws
     low = slow[:, :, 1] <= np.quantile(slow[:, :, 1], 0.1)  # as _rejecting_in_a_tail
     first.sampler_stats["accept_stat"][:, 1:] = 1 - np.where(low, 0.6, 0.1)[:, :-1]
     assert "tail_rejection" in first.diagnose().kinds()
