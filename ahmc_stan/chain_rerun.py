@@ -22,7 +22,8 @@ acceptance 0.09 against the others' 0.68–0.79, a bulk ESS 0.3–0.4 % of their
 like theirs); a user's remedy is again another seed.  A chain whose lp differs from the
 others' (in a funnel's neck, say) is not concerned: its divergences may be the
 posterior's.  Nor is one whose draws spread wider than the others', beyond its own
-sampling error (:func:`reaches_further`): it may be the only chain sampling a tail the
+sampling error, or lie outside their range more than 15 % of the time
+(:func:`reaches_further`): it may be the only chain sampling a tail the
 others' adaptation shuts out, and replacing it would turn a flagged fit into a wrong one
 that looks right.  Only the HMC family records divergences, so only it is concerned.
 
@@ -155,24 +156,36 @@ def failed_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
 
 #: :func:`reaches_further`: standard errors by which a chain's sd must exceed the others'.
 REACH_Z = 2.0
+#: :func:`reaches_further`: the share of a chain's draws outside the other chains'
+#: central 99 % (1 % when it samples what they sample) above which it reaches further.
+REACH_OUTSIDE = 0.15
 
 
 def reaches_further(x: np.ndarray, chain: int, columns, ess) -> bool:
     """Whether ``chain``'s draws (``x``: chains × draws × coordinates) spread wider than
     the other chains' in any of ``columns`` (where it is slow, its bulk ESS ``ess``
     there): the log of its sd over the others' median sd above :data:`REACH_Z` standard
-    errors of its own log sd, ``1/sqrt(2(ESS - 1))``.  Such a chain, however slow and
-    divergent, may be the only one that samples a tail the others' adaptation shuts out
-    (GARCH's skewed variance parameters); discarding it would hide the evidence, so it
-    is left to the diagnosis.  A chain that mixes slowly in the others' region has, if
-    anything, a smaller sd than theirs (its few effective draws under-state it)."""
+    errors of its own log sd, ``1/sqrt(2(ESS - 1))``; or more than
+    :data:`REACH_OUTSIDE` of its draws outside the others' central 99 % with an sd at
+    least theirs (the sd test is weak when the chain's ESS is a handful: on the
+    non-centred eight schools a chain with 21 % of its log τ beyond the others' 99.5 %
+    quantile, its sd 1.6× theirs; a chain stuck in one spot outside their range spreads
+    less than they do, and is run again).
+    Such a chain, however slow and divergent, may be the only one that samples a tail
+    the others' adaptation shuts out (GARCH's skewed variance parameters, the eight
+    schools' τ); discarding it would hide the evidence, so it is left to the diagnosis.
+    A chain that mixes slowly in the others' region has, if anything, a smaller sd than
+    theirs (its few effective draws under-state it) and few draws outside their range."""
     others = np.delete(x, chain, axis=0)[:, :, columns]
-    sd = x[chain][:, columns].std(axis=0)
+    own = x[chain][:, columns]
+    sd = own.std(axis=0)
     sd_others = np.median(others.std(axis=1), axis=0)
     ess = np.maximum(np.asarray(ess, dtype=float), 2.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         wider = np.log(sd / sd_others) > REACH_Z / np.sqrt(2 * (ess - 1))
-    return bool(np.any(wider))
+    lo, hi = np.quantile(others.reshape(-1, own.shape[1]), [0.005, 0.995], axis=0)
+    outside = (np.mean((own < lo) | (own > hi), axis=0) > REACH_OUTSIDE) & (sd >= sd_others)
+    return bool(np.any(wider) or np.any(outside))
 
 
 def _to_rerun(results: Sequence[ChainResult], warmup: int) -> list[dict]:

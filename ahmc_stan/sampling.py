@@ -495,8 +495,9 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``metric_rerun``: a sampler whose default metric is estimated from gradients (AHMC's
     ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
-    chains then under-explore, all alike) or both the R-hat and an ESS check (chains that
-    disagree and mix slowly), and not the E-BFMI check, is run again, same
+    chains then under-explore, all alike) or both the R-hat and an ESS check with an ESS
+    below a tenth of the draws (chains that disagree and mix slowly), and not the E-BFMI
+    check, is run again, same
     seed, with Stan's diagonal metric (``metric="diag"``); if that fit fails the check
     too, once more with ``adapt_delta=0.95`` as well (unless the call set it)
     (:data:`RERUN_STEPS`).  The first of these fits that has converged is returned (else
@@ -585,7 +586,7 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     (``rerun(step options, index)``) only when the run before fails the tail-rejection
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly (R-hat above 1.01 and
-    a bulk or tail ESS below 100 per chain): on SV the low-rank metric leaves φ and β
+    a bulk or tail ESS below 100 per chain and a tenth of the draws): on SV the low-rank metric leaves φ and β
     so, where Stan's diagonal mixes them better (README, "SV, measured again").  When
     none of the reruns converged, the complete fit with the largest min ESS (bulk and
     tail, over the parameters; the first fit on a tie) is returned: ESS falls both when
@@ -597,7 +598,7 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     from .convergence import diagnose
 
     found = diagnose(first, checks=("tail_rejection", "ebfmi", "rhat_ess"))
-    if not (found.get("tail_rejection") or _slow_and_apart(found)):
+    if not (found.get("tail_rejection") or _slow_and_apart(first, found)):
         return first
     record = {"metric": steps[0]["metric"], "reason": found.summary(), "runs": []}
     if found.get("ebfmi"):
@@ -672,10 +673,17 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     return chosen
 
 
-def _slow_and_apart(found) -> bool:
-    """The diagnosis ``found`` has R-hat above 1.01 and a bulk or tail ESS too small:
-    chains that disagree and mix slowly, which :func:`_metric_rerun` runs again."""
-    return bool(found.get("rhat") and (found.get("ess_bulk") or found.get("ess_tail")))
+#: :func:`_slow_and_apart`: an ESS below this share of the draws is slow mixing.
+SLOW_ESS_PER_DRAW = 0.1
+
+
+def _slow_and_apart(fit: Fit, found) -> bool:
+    """Chains that disagree and mix slowly, which :func:`_metric_rerun` runs again: the
+    diagnosis ``found`` of ``fit`` has R-hat above 1.01 and a bulk or tail ESS below 100
+    per chain, and that ESS is below :data:`SLOW_ESS_PER_DRAW` of the draws (so that a
+    short run of chains that mix well, whose R-hat is noisy, is not run again)."""
+    return bool(found.get("rhat") and (found.get("ess_bulk") or found.get("ess_tail"))
+                and _min_ess(fit) < SLOW_ESS_PER_DRAW * fit.chains * fit.n_draws)
 
 
 def _min_ess(fit: Fit) -> float:

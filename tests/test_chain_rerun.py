@@ -197,10 +197,11 @@ def test_a_slow_divergent_chain_among_clean_ones_failed_to_adapt():
 def test_a_slow_chain_spreads_no_wider_than_the_others():
     """``reaches_further``'s false alarms on chains that only mix slowly in the others'
     region (AR(1), ρ = 0.99, N(0, I), 100 seeds): its log-sd statistic never exceeds
-    REACH_Z (a slow chain's few effective draws under-state its sd, if anything); on the
-    same chains scaled by 2 (a chain sampling a tail the others miss) it almost always
-    does."""
-    from ahmc_stan.chain_rerun import REACH_Z, reaches_further
+    REACH_Z (a slow chain's few effective draws under-state its sd, if anything), nor its
+    share of draws outside the others' central 99 % REACH_OUTSIDE (at most 0.13 at these
+    seeds); on the same chains scaled by 2 (a chain sampling a tail the others miss) one
+    of them almost always does."""
+    from ahmc_stan.chain_rerun import REACH_OUTSIDE, REACH_Z, reaches_further
     from ahmc_stan.convergence import slow_chains
 
     good = np.array([ar_chain(s, 0.0, 0.0).positions[WARMUP:] for s in (1, 2, 3)])
@@ -213,7 +214,7 @@ def test_a_slow_chain_spreads_no_wider_than_the_others():
                 if chain == 3:
                     out.append(reaches_further(x, 3, columns, ess))
     assert len(same) == len(wider) == 100
-    assert REACH_Z == 2.0 and not any(same)
+    assert REACH_Z == 2.0 and REACH_OUTSIDE == 0.15 and not any(same)
     assert sum(wider) >= 95  # 98 at these seeds: log 2 is ~3 standard errors at ESS ~10
 
 
@@ -253,7 +254,9 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
 
     model = StanModel(stan_model_path("minor_mode"))
     run = dict(chains=4, warmup=1000, draws=1000, seed=4, progress=False, diagnose=False)
-    off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
+    # without either rerun (the metric rerun would answer the stuck chain's R-hat and
+    # ESS with a run in Stan's diagonal metric)
+    off = tune_and_sample(model, "ahmc", chain_rerun=False, metric_rerun=False, **run)
     assert [p.chains for p in off.diagnose().get("stuck_chain")] == [(1,)]
     assert "chain_rerun" not in off.metadata
     x = off.draws[:, :, 0]
@@ -295,7 +298,7 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     # tells them apart, only the mass; both are rerun (in parallel worker processes),
     # as chains run one after another would be
     run["seed"] = 94
-    off = tune_and_sample(model, "ahmc", chain_rerun=False, **run)
+    off = tune_and_sample(model, "ahmc", chain_rerun=False, metric_rerun=False, **run)
     minor = np.flatnonzero(off.draws[:, :, 0].mean(axis=1) > 1)
     assert len(minor) == 2
     found = off.diagnose()  # R-hat flags the split, the mass names the two chains
@@ -325,10 +328,30 @@ def test_cli_prints_the_chain_rerun_and_can_turn_it_off(capsys):
     out = capsys.readouterr()
     assert "(1 chain rerun: chain 2 replaced by a rerun with a new seed" in out.out
     assert "R-hat" not in out.err
-    assert main([*args, "--no-chain-rerun"]) == 0
+    assert main([*args, "--no-chain-rerun", "--no-metric-rerun"]) == 0
     out = capsys.readouterr()
     assert "chain rerun" not in out.out and "R-hat" in out.err
     # compare prints each fit's reruns under its line
     assert main(["compare", str(stan_model_path("minor_mode")), "--seed", "4",
                  "--samplers", "ahmc", "--peers", ""]) == 0
     assert "(1 chain rerun: chain 2 replaced" in capsys.readouterr().out
+
+
+def test_a_slow_chain_in_a_tail_the_others_miss_reaches_further():
+    """The non-centred eight schools' case: a slow chain that samples the others' region
+    and a tail beyond it (a fifth of its draws above their 99.5 % quantile), its sd under
+    2 standard errors above theirs at its ESS, reaches further; a chain stuck in one spot
+    beyond their range (sd far below theirs: a failed chain) does not."""
+    from ahmc_stan.chain_rerun import REACH_Z, reaches_further
+
+    good = np.array([ar_chain(s, 0.0, 0.0).positions[WARMUP:, :1] for s in (1, 2, 3)])
+    n = good.shape[1]
+    walk = ar_chain(4, 0.99, 0.0).positions[WARMUP:, :1]
+    tail = walk.copy()
+    tail[: n // 5] = 3.5 + 0.3 * walk[: n // 5]  # a fifth of the run beyond 2.58
+    x = np.concatenate([good, tail[None]])
+    ess = 10.0
+    assert np.log(tail.std() / np.median(good.std(axis=1))) < REACH_Z / np.sqrt(2 * (ess - 1))
+    assert reaches_further(x, 3, [0], [ess])
+    stuck = 3.5 + 0.05 * walk
+    assert not reaches_further(np.concatenate([good, stuck[None]]), 3, [0], [ess])

@@ -574,6 +574,14 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
     assert _metric_rerun(slow, lambda *a: pytest.fail("no rerun"), progress=False) is slow
     assert "metric_rerun" not in apart.metadata and "metric_rerun" not in slow.metadata
 
+    # a short run of chains that mix well: ESS below 100 per chain and R-hat noisy, but
+    # the ESS is not below a tenth of the draws
+    short = _with_warmup(synthetic(seed=3, draws=60, sampler="ahmc"))
+    short.draws[0] += 0.35
+    short._diag_cache = None
+    assert {"rhat", "ess_bulk"} <= set(short.diagnose().kinds())
+    assert _metric_rerun(short, lambda *a: pytest.fail("no rerun"), progress=False) is short
+
 
 def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
     """When no rerun converges, the fit returned is the one with the largest min ESS
