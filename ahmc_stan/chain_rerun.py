@@ -22,8 +22,8 @@ acceptance 0.09 against the others' 0.68–0.79, a bulk ESS 0.3–0.4 % of their
 like theirs); a user's remedy is again another seed.  A chain whose lp differs from the
 others' (in a funnel's neck, say) is not concerned: its divergences may be the
 posterior's.  Nor is one whose draws spread wider than the others', beyond its own
-sampling error, or lie outside their range more than 15 % of the time
-(:func:`reaches_further`): it may be the only chain sampling a tail the
+sampling error, or lie outside their range more than 15 % of the time while spreading
+at least as wide (:func:`reaches_further`): it may be the only chain sampling a tail the
 others' adaptation shuts out, and replacing it would turn a flagged fit into a wrong one
 that looks right.  Only the HMC family records divergences, so only it is concerned.
 
@@ -170,12 +170,12 @@ def reaches_further(x: np.ndarray, chain: int, columns, ess) -> bool:
     least theirs (the sd test is weak when the chain's ESS is a handful: on the
     non-centred eight schools a chain with 21 % of its log τ beyond the others' 99.5 %
     quantile, its sd 1.6× theirs; a chain stuck in one spot outside their range spreads
-    less than they do, and is run again).
-    Such a chain, however slow and divergent, may be the only one that samples a tail
-    the others' adaptation shuts out (GARCH's skewed variance parameters, the eight
-    schools' τ); discarding it would hide the evidence, so it is left to the diagnosis.
-    A chain that mixes slowly in the others' region has, if anything, a smaller sd than
-    theirs (its few effective draws under-state it) and few draws outside their range."""
+    less than they do, and is run again).  Such a chain, however slow and divergent,
+    may be the only one that samples a tail the others' adaptation shuts out (GARCH's
+    skewed variance parameters, the eight schools' τ); discarding it would hide the
+    evidence, so it is left to the diagnosis.  A chain that mixes slowly in the others'
+    region has, if anything, a smaller sd than theirs (its few effective draws
+    under-state it) and few draws outside their range."""
     others = np.delete(x, chain, axis=0)[:, :, columns]
     own = x[chain][:, columns]
     sd = own.std(axis=0)
@@ -184,7 +184,8 @@ def reaches_further(x: np.ndarray, chain: int, columns, ess) -> bool:
     with np.errstate(divide="ignore", invalid="ignore"):
         wider = np.log(sd / sd_others) > REACH_Z / np.sqrt(2 * (ess - 1))
     lo, hi = np.quantile(others.reshape(-1, own.shape[1]), [0.005, 0.995], axis=0)
-    outside = (np.mean((own < lo) | (own > hi), axis=0) > REACH_OUTSIDE) & (sd >= sd_others)
+    share = np.mean((own < lo) | (own > hi), axis=0)
+    outside = (share > REACH_OUTSIDE) & (sd >= sd_others)
     return bool(np.any(wider) or np.any(outside))
 
 

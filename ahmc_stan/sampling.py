@@ -495,15 +495,14 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     ``metric_rerun``: a sampler whose default metric is estimated from gradients (AHMC's
     ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
-    chains then under-explore, all alike) or both the R-hat and an ESS check with an ESS
+    chains then under-explore, all alike), or both the R-hat and an ESS check with an ESS
     below a tenth of the draws (chains that disagree and mix slowly), and not the E-BFMI
-    check, is run again, same
-    seed, with Stan's diagonal metric (``metric="diag"``); if that fit fails the check
-    too, once more with ``adapt_delta=0.95`` as well (unless the call set it)
-    (:data:`RERUN_STEPS`).  The first of these fits that has converged is returned (else
-    the one with the largest min ESS, the first fit on a tie).
-    ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds
-    of the runs not returned are charged to the returned one's warmup (each chain's first
+    check, is run again, same seed, with Stan's diagonal metric (``metric="diag"``); if
+    that fit fails the tail-rejection check too, once more with ``adapt_delta=0.95`` as
+    well (unless the call set it) (:data:`RERUN_STEPS`).  The first of these fits that
+    has converged is returned (else the one with the largest min ESS, the first fit on
+    a tie).  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
+    runs not returned are charged to the returned one's warmup (each chain's first
     iteration), so ESS per gradient and per second count them; with ``output_dir`` the
     reruns' chains stream to its subfolders ``metric_rerun`` and ``metric_rerun_2`` and
     ``fit.npz`` holds the returned fit.  ``False`` turns this off.
@@ -547,11 +546,11 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 #: Gradient-based metrics (:mod:`ahmc_stan.tuning.hmc_warmup`) whose fits get the rerun.
 GRADIENT_METRICS = ("low_rank", "fisher")
 #: The reruns, in order, each made when the run before fails the tail-rejection check
-#: (the first also when it fails both the R-hat and an ESS check) and not the E-BFMI
-#: check: Stan's diagonal metric, from the draws alone; then the same
-#: with smaller steps (dual averaging aiming at an acceptance statistic of 0.95, Stan's
-#: advice when the step size is too large for a region of the posterior).  A step is
-#: left out when the call set one of its options.
+#: (the first also when its chains disagree and mix slowly) and not the E-BFMI check:
+#: Stan's diagonal metric, from the draws alone; then the same with smaller steps (dual
+#: averaging aiming at an acceptance statistic of 0.95, Stan's advice when the step size
+#: is too large for a region of the posterior).  A step is left out when the call set
+#: one of its options.
 RERUN_STEPS = ({"metric": "diag"}, {"metric": "diag", "adapt_delta": 0.95})
 #: Chain reruns draw their seeds from ``SeedSequence([seed, RERUN_SEED_KEY, attempt])``.
 RERUN_SEED_KEY = 100
@@ -585,15 +584,15 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     """``first``, or the fit of the first of ``steps`` that converged, each step run
     (``rerun(step options, index)``) only when the run before fails the tail-rejection
     check; the other runs' cost charged to the returned fit's warmup.  The first step
-    runs too when ``first``'s chains both disagree and mix slowly (R-hat above 1.01 and
-    a bulk or tail ESS below 100 per chain and a tenth of the draws): on SV the low-rank metric leaves φ and β
-    so, where Stan's diagonal mixes them better (README, "SV, measured again").  When
-    none of the reruns converged, the complete fit with the largest min ESS (bulk and
-    tail, over the parameters; the first fit on a tie) is returned: ESS falls both when
-    the chains disagree and when they mix slowly, so it ranks fits that all warn (on SV
-    the diagonal's fits against the low-rank one).  No rerun when the
-    E-BFMI is low as well: the momenta cannot explore the energy (Betancourt 2016), a
-    funnel-like geometry that a reparameterisation cures and no constant metric does
+    runs too when ``first``'s chains both disagree and mix slowly
+    (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
+    diagonal mixes them better (README, "SV since the two changes").  When none of the
+    reruns converged, the complete fit with the largest min ESS (bulk and tail, over the
+    parameters; the first fit on a tie) is returned: ESS falls both when the chains
+    disagree and when they mix slowly, so it ranks fits that all warn (on SV the
+    diagonal's fits against the low-rank one).  No rerun when the E-BFMI is low as
+    well: the momenta cannot explore the energy (Betancourt 2016), a funnel-like
+    geometry that a reparameterisation cures and no constant metric does
     (``comparisons/metric_rerun.py`` measures both rules)."""
     from .convergence import diagnose
 
