@@ -540,8 +540,7 @@ def _autocorrelated(fit, rho):
     x = fit.draws.copy()
     for t in range(1, x.shape[1]):
         x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho ** 2) * fit.draws[:, t]
-    fit.draws[...] = x
-    fit._diag_cache = None
+    fit.draws[...] = x  # before anything reads the draws: no cached diagnostics
     return fit
 
 
@@ -552,7 +551,6 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
 
     first = _autocorrelated(_with_warmup(synthetic(sampler="ahmc")), 0.98)
     first.draws[0] += 0.5
-    first._diag_cache = None
     kinds = first.diagnose().kinds()
     assert {"rhat", "ess_bulk"} <= set(kinds) and "tail_rejection" not in kinds
     clean = _with_warmup(synthetic(seed=5, sampler="ahmc"), per_iteration=5)
@@ -565,7 +563,6 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
 
     apart = _with_warmup(synthetic(seed=3, sampler="ahmc"))
     apart.draws[0] += 0.35  # chain 1 a little apart: R-hat 1.013, every ESS above 400
-    apart._diag_cache = None
     assert set(apart.diagnose().kinds()) == {"rhat"}
     assert _metric_rerun(apart, lambda *a: pytest.fail("no rerun"), progress=False) is apart
 
@@ -578,7 +575,6 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
     # the ESS is not below a tenth of the draws
     short = _with_warmup(synthetic(seed=3, draws=60, sampler="ahmc"))
     short.draws[0] += 0.35
-    short._diag_cache = None
     assert {"rhat", "ess_bulk"} <= set(short.diagnose().kinds())
     assert _metric_rerun(short, lambda *a: pytest.fail("no rerun"), progress=False) is short
 
@@ -597,7 +593,6 @@ def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
     assert "tail_rejection" in first.diagnose().kinds()
     better = _with_warmup(synthetic(seed=3, sampler="ahmc"), per_iteration=5)
     better.draws[0] += 0.5  # chain 1 a little apart: R-hat above 1.01, ESS still high
-    better._diag_cache = None
     problems = better.diagnose()
     assert not problems.converged and "rhat" in problems.kinds(), str(problems)
     assert _min_ess(better) > 4 * _min_ess(first)
