@@ -54,7 +54,7 @@ _CSRC = Path(__file__).parent / "csrc"
 _PCH_HEADER = "stan_pch.hpp"
 _BRIDGE_SOURCE = "ahmc_bridge.cpp"
 #: Headers of our own that the C layer includes (hashed into its key with it).
-_BRIDGE_HEADERS = ("ahmc_low_rank.hpp", "ahmc_tuner.hpp")
+_BRIDGE_HEADERS = ("ahmc_low_rank.hpp", "ahmc_triangular.hpp", "ahmc_tuner.hpp")
 #: Appended to every model's C++ (see those files); module variables so a test can swap them.
 _SECOND_ORDER_SOURCE = _CSRC / "ahmc_second_order.hpp"
 _THIRD_ORDER_SOURCE = _CSRC / "ahmc_third_order.hpp"

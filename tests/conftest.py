@@ -67,3 +67,23 @@ def gauss100():
     from ahmc_stan import StanModel
 
     return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})
+
+
+def with_and_without_avx2(script: str, model: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Run ``script`` (``python -c``, the path of the bundled ``model`` as its argument,
+    printing a list as its last line) on the AVX2 loops of the C layer and on the baseline
+    ones (``AHMC_NO_AVX2=1``); returns both lists and whether the CPU has AVX2 and FMA, so
+    that the two runs took different paths."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    ends = []
+    for off in ("", "1"):
+        out = subprocess.run([sys.executable, "-c", script, str(stan_model_path(model))],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "AHMC_NO_AVX2": off})
+        ends.append(np.array(ast.literal_eval(out.stdout.strip().splitlines()[-1])))
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return ends[0], ends[1], " avx2" in flags and " fma" in flags

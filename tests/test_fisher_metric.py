@@ -223,24 +223,12 @@ print(repr(np.concatenate([x, p, [lp]]).tolist()))
 def test_low_rank_products_with_and_without_avx2():
     """The baseline loops (``AHMC_NO_AVX2=1``) and the AVX2 ones, where the CPU has them,
     give the same trajectory to rounding."""
-    import ast
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from .conftest import with_and_without_avx2
 
-    from .conftest import stan_model_path
-
-    ends = []
-    for off in ("", "1"):
-        out = subprocess.run([sys.executable, "-c", _LOW_RANK_LEAPFROG,
-                              str(stan_model_path("mvn"))], capture_output=True, text=True,
-                             env={**os.environ, "AHMC_NO_AVX2": off}, check=True)
-        ends.append(np.array(ast.literal_eval(out.stdout.strip().splitlines()[-1])))
-    np.testing.assert_allclose(ends[0], ends[1], rtol=1e-11, atol=1e-13)
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if " avx2" in flags and " fma" in flags:  # two paths ran: fused and unfused roundings
-        assert not np.array_equal(ends[0], ends[1])
+    avx2, baseline, two_paths = with_and_without_avx2(_LOW_RANK_LEAPFROG, "mvn")
+    np.testing.assert_allclose(avx2, baseline, rtol=1e-11, atol=1e-13)
+    if two_paths:  # fused and unfused roundings
+        assert not np.array_equal(avx2, baseline)
 
 
 def test_adaptation_windows_follow_stan_and_split_the_buffer_for_gradient_metrics(

@@ -238,3 +238,45 @@ def test_mh_kernel_follows_the_kernel_protocol(logistic_model):
     assert adapting.state[5] != sigma
     one, row = kernel.step(np.random.default_rng(6), state, fixed)
     assert row.positions.shape == (1, model.dims)
+
+
+_TRIANGULAR_BLOCK = """
+import sys, numpy as np
+from ahmc_stan import StanModel
+from ahmc_stan.samplers.baselines import AdaptiveMetropolis
+from ahmc_stan.samplers.gad import GadProposal
+rng = np.random.default_rng(5)
+d = 23  # a panel of 16 columns, one of 4, three single ones (csrc/ahmc_triangular.hpp)
+a = np.triu(rng.normal(size=(d, d)))
+model = StanModel(sys.argv[1], {"D": d, "mu": rng.normal(size=d), "Sigma": a.T @ a + np.eye(d)})
+out = []
+for p in (GadProposal(d, langevin=True, exact=False, adapt_delta=0.55, learning_rate=0.01),
+          GadProposal(d, langevin=True, exact=True, adapt_delta=0.55, learning_rate=0.01),
+          GadProposal(d, langevin=False, exact=False, adapt_delta=0.25, learning_rate=0.01),
+          AdaptiveMetropolis(d, learning_rate=0.05)):
+    p.L = np.tril(rng.normal(size=(d, d)), -1) * 0.05 + np.diag(rng.uniform(0.3, 0.6, d))
+    p.L[np.triu_indices(d, 1)] = np.nan  # never read
+    x = rng.normal(size=d)
+    grad = np.empty(d)
+    lp = model.density.log_density_gradient(x, grad)
+    for adapting in (True, False):
+        block = p.native_block(adapting)
+        lp, rows, stats, _ = model.density.mh_block(60, 1, block, 9, x, grad, lp)
+        p.load_native(block)
+        out += [rows.ravel(), np.tril(p.L).ravel(), stats["accepted"]]
+print(repr(np.concatenate(out).tolist()))
+"""
+
+
+def test_triangular_products_and_rmsprop_with_and_without_avx2():
+    """The baseline loops (``AHMC_NO_AVX2=1``) and the AVX2 ones, where the CPU has them,
+    give the same gadMALA (fast and exact), gadRWM and AM blocks to rounding, warmup and
+    sampling, on 23 dimensions (every panel width of ``csrc/ahmc_triangular.hpp``), and
+    neither reads L's upper triangle (NaN here)."""
+    from .conftest import with_and_without_avx2
+
+    avx2, baseline, two_paths = with_and_without_avx2(_TRIANGULAR_BLOCK, "mvn")
+    assert np.all(np.isfinite(avx2))
+    np.testing.assert_allclose(avx2, baseline, rtol=1e-9, atol=1e-12)
+    if two_paths:  # the products' fused and unfused roundings
+        assert not np.array_equal(avx2, baseline)

@@ -18,6 +18,7 @@
 #include <boost/random/normal_distribution.hpp>
 
 #include "ahmc_low_rank.hpp"
+#include "ahmc_triangular.hpp"
 #include "ahmc_tuner.hpp"
 
 #include <chrono>
@@ -1508,7 +1509,14 @@ class mh_chain {
         sq_grad_(sq_grad, sq_grad ? n_ : 0, n_), mean_(mean), x_(Eigen::Map<const vector_d>(x, n_)),
         gx_(Eigen::Map<const vector_d>(grad, n_)), lp_(lp),
         eps_(am ? 2 * n_ : n_), y_(n_), gy_(n_), a_(n_), ux_(n_), uy_(n_),
-        tmp_(n_), c_(n_), hv_(n_), w_exact_a_(n_), row_grad_(n_) {}
+        tmp_(n_), c_(n_), hv_(n_), w_exact_a_(n_), row_grad_(n_) {
+    // AM adapts L by rank-one updates, column by column: on a column-major copy for the
+    // block (contiguous columns), written back by write_state.
+    if (am_ && adapt_ == AM) {
+      am_l_.resize(n_, n_);
+      am_l_.triangularView<Eigen::Lower>() = chol_;
+    }
+  }
 
   int noise_dims() const { return static_cast<int>(eps_.size()); }
 
@@ -1570,7 +1578,8 @@ class mh_chain {
   vector_d& eps() { return eps_; }
   const vector_d& x() const { return x_; }
   double lp() const { return lp_; }
-  void write_state(double* x, double* grad, double* lp) const {
+  void write_state(double* x, double* grad, double* lp) {
+    if (am_l_.size()) chol_.triangularView<Eigen::Lower>() = am_l_;
     std::copy(x_.data(), x_.data() + n_, x);
     std::copy(gx_.data(), gx_.data() + n_, grad);
     *lp = lp_;
@@ -1578,12 +1587,13 @@ class mh_chain {
 
  private:
   // out = L v, out = L' v (L = sigma I, lower triangular, or AM's lambda sqrt(s_d) L).
-  void times_l(const Eigen::Ref<const vector_d>& v, vector_d& out) const {
-    if (dense_) out.noalias() = chol_.triangularView<Eigen::Lower>() * v;
+  // The dense products are ahmc_triangular.hpp's.
+  void times_l(const vector_d& v, vector_d& out) const {
+    if (dense_) ahmc_triangular::lower_times(chol_, v.data(), out.data());
     else out = state_[5] * v;
   }
-  void times_lt(const Eigen::Ref<const vector_d>& v, vector_d& out) const {
-    if (dense_) out.noalias() = chol_.triangularView<Eigen::Lower>().transpose() * v;
+  void times_lt(const vector_d& v, vector_d& out) const {
+    if (dense_) ahmc_triangular::lower_transpose_times(chol_, v.data(), out.data());
     else out = state_[5] * v;
   }
 
@@ -1592,7 +1602,8 @@ class mh_chain {
     const auto e = eps_.head(n_);
     if (am_) {
       const double lam = state_[1], s_d = params_[4], delta = params_[3];
-      tmp_.noalias() = chol_.triangularView<Eigen::Lower>() * e;
+      if (am_l_.size()) tmp_.noalias() = am_l_.triangularView<Eigen::Lower>() * e;  // L eps1
+      else ahmc_triangular::lower_times(chol_, eps_.data(), tmp_.data());
       y_ = x_ + lam * std::sqrt(s_d) * (tmp_ + std::sqrt(delta) * eps_.tail(n_));
       return;
     }
@@ -1601,7 +1612,7 @@ class mh_chain {
       a_ = e + 0.5 * ux_;
       times_l(a_, tmp_);
     } else {
-      times_l(e, tmp_);
+      times_l(eps_, tmp_);  // eps_ holds n normals here (2n for AM only)
     }
     y_ = x_ + tmp_;
   }
@@ -1663,12 +1674,11 @@ class mh_chain {
           w = e + 0.5 * (ux_ - uy_);
         }
       }
-      if (ok) {  // row by row: g, then G and L, in Eigen's vectorised array operations
+      if (ok) {  // row by row: g, then G and L (ahmc_triangular::rmsprop_row)
         const bool outer = log_ratio < 0;
         for (int i = 0; i < n_; ++i) {
           const int len = i + 1;
-          Eigen::Map<Eigen::ArrayXd> l_row(chol_.data() + static_cast<size_t>(i) * n_, len),
-              g_row(sq_grad_.data() + static_cast<size_t>(i) * n_, len);
+          double* l_row = chol_.data() + static_cast<size_t>(i) * n_;
           auto g = row_grad_.head(len);
           const double diag = l_row[i];
           if (outer) g = u[i] * w.head(len).array();
@@ -1677,8 +1687,13 @@ class mh_chain {
             g += c_[i] * w_exact_a_.head(len).array() + (0.5 * gx_[i]) * hv_.head(len).array();
           }
           g[i] += beta / diag;
-          g_row = 0.9 * g_row + 0.1 * g.square();
-          l_row += g / (g_row.sqrt() + 1.0) * rate;
+          double* g_row = sq_grad_.data() + static_cast<size_t>(i) * n_;
+          if (outer || extra) {
+            ahmc_triangular::rmsprop_row(len, g.data(), g_row, l_row, rate);
+          } else {  // g is 0 left of the diagonal: G shrinks, L stays (the same roundings)
+            Eigen::Map<Eigen::ArrayXd>(g_row, i) *= 0.9;
+            ahmc_triangular::rmsprop_row(1, g.data() + i, g_row + i, l_row + i, rate);
+          }
           l_row[i] = std::max(l_row[i], min_ratio * diag);
         }
       }
@@ -1699,16 +1714,8 @@ class mh_chain {
     mean += params_[2] * tmp_;
     // L' L'^T = LL^T + vv^T with v = sqrt(gamma / (1 - gamma)) d, then L' sqrt(1 - gamma)
     tmp_ *= std::sqrt(gamma / (1 - gamma));
-    for (int k = 0; k < n_; ++k) {
-      const double lkk = chol_(k, k), r = std::hypot(lkk, tmp_[k]);
-      const double c = r / lkk, s = tmp_[k] / lkk;
-      chol_(k, k) = r;
-      for (int i = k + 1; i < n_; ++i) {
-        chol_(i, k) = (chol_(i, k) + s * tmp_[i]) / c;
-        tmp_[i] = c * tmp_[i] - s * chol_(i, k);
-      }
-    }
-    chol_.triangularView<Eigen::Lower>() *= std::sqrt(1 - gamma);
+    ahmc_triangular::rank_one_update_col_major(n_, am_l_.data(), tmp_.data());
+    am_l_.triangularView<Eigen::Lower>() *= std::sqrt(1 - gamma);
     if (params_[5] != 0) {  // the global scale, dual-averaged
       dual_averaging(state_ + 2, prob, 6);
       state_[1] = std::exp(state_[6]);
@@ -1727,6 +1734,7 @@ class mh_chain {
   bool ux_current_ = false;
   vector_d eps_, y_, gy_, a_, ux_, uy_, tmp_, c_, hv_, w_exact_a_;
   Eigen::ArrayXd row_grad_;
+  Eigen::MatrixXd am_l_;  // AM's L while it adapts, column-major (empty otherwise)
 };
 
 }  // namespace

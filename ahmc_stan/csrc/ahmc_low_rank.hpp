@@ -28,6 +28,29 @@ namespace ahmc_low_rank {
 using row_major = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 #ifdef AHMC_LOW_RANK_AVX2
+// Four rows' dot products with t, 4 wide: s_m += r_m[j..] * t[j..] over j in [begin, end)
+// (end - begin a multiple of 4), the rows r_m = r0 + m * stride.
+__attribute__((target("avx2,fma"))) inline void dot4_accumulate(
+    const double* r0, long stride, const double* t, long begin, long end, __m256d& s0,
+    __m256d& s1, __m256d& s2, __m256d& s3) {
+  const double *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+  for (long j = begin; j < end; j += 4) {
+    const __m256d tj = _mm256_loadu_pd(t + j);
+    s0 = _mm256_fmadd_pd(_mm256_loadu_pd(r0 + j), tj, s0);
+    s1 = _mm256_fmadd_pd(_mm256_loadu_pd(r1 + j), tj, s1);
+    s2 = _mm256_fmadd_pd(_mm256_loadu_pd(r2 + j), tj, s2);
+    s3 = _mm256_fmadd_pd(_mm256_loadu_pd(r3 + j), tj, s3);
+  }
+}
+
+// Lane m: the sum of s_m's four lanes.
+__attribute__((target("avx2,fma"))) inline __m256d sum_lanes4(__m256d s0, __m256d s1,
+                                                              __m256d s2, __m256d s3) {
+  const __m256d h01 = _mm256_hadd_pd(s0, s1), h23 = _mm256_hadd_pd(s2, s3);
+  return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
+                       _mm256_permute2f128_pd(h01, h23, 0x31));
+}
+
 // The loops with AVX2 and FMA; t: k doubles of scratch.
 __attribute__((target("avx2,fma"))) inline void product_avx2(
     long n, long k, const double* v_mat, const double* c, const double* u, const double* a,
@@ -59,19 +82,10 @@ __attribute__((target("avx2,fma"))) inline void product_avx2(
   for (; i + 4 <= n; i += 4) {  // out_i = a_i (u_i + V_i . t), four rows at a time
     const double *r0 = v_mat + i * k, *r1 = r0 + k, *r2 = r1 + k, *r3 = r2 + k;
     __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    long j = 0;
-    for (; j < k4; j += 4) {
-      const __m256d tj = _mm256_loadu_pd(t + j);
-      s0 = _mm256_fmadd_pd(_mm256_loadu_pd(r0 + j), tj, s0);
-      s1 = _mm256_fmadd_pd(_mm256_loadu_pd(r1 + j), tj, s1);
-      s2 = _mm256_fmadd_pd(_mm256_loadu_pd(r2 + j), tj, s2);
-      s3 = _mm256_fmadd_pd(_mm256_loadu_pd(r3 + j), tj, s3);
-    }
-    const __m256d h01 = _mm256_hadd_pd(s0, s1), h23 = _mm256_hadd_pd(s2, s3);
+    dot4_accumulate(r0, k, t, 0, k4, s0, s1, s2, s3);
     alignas(32) double d[4];  // lane m: row i + m
-    _mm256_store_pd(d, _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
-                                     _mm256_permute2f128_pd(h01, h23, 0x31)));
-    for (; j < k; ++j) {
+    _mm256_store_pd(d, sum_lanes4(s0, s1, s2, s3));
+    for (long j = k4; j < k; ++j) {
       d[0] = std::fma(r0[j], t[j], d[0]);
       d[1] = std::fma(r1[j], t[j], d[1]);
       d[2] = std::fma(r2[j], t[j], d[2]);
