@@ -27,9 +27,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -85,10 +87,14 @@ std::vector<double> direct_minimise(int d, F&& objective, const direct_options& 
   std::vector<int> levels(d, 0);        // d per rectangle
   std::vector<double> values{f(centres.data())};
   std::vector<int> k_min{0};            // per rectangle: the level of its longest side
-  // groups[k]: the rectangles with k_min = k by (f, index), so that the first is the
-  // lowest and, at a tie, the first made.
-  std::vector<std::set<std::pair<double, int>>> groups(1);
-  groups[0].emplace(values[0], 0);
+  // groups[k]: a min-heap of (f, index) of the rectangles filed under k_min = k, so that
+  // the top is the lowest and, at a tie, the first made.  A rectangle leaves its group
+  // only when it is cut, and then for good (its k_min grows); its entry is dropped when
+  // it reaches the top (k_min no longer k).
+  using entry = std::pair<double, int>;
+  std::vector<std::vector<entry>> groups(1);
+  const auto later = std::greater<entry>();
+  groups[0].emplace_back(values[0], 0);
   std::vector<double> sigma_of{0.5};   // sigma_of[k] = 3^-k / 2
   const auto sigma = [&](int k) {
     while (static_cast<int>(sigma_of.size()) <= k) sigma_of.push_back(sigma_of.back() / 3);
@@ -97,7 +103,9 @@ std::vector<double> direct_minimise(int d, F&& objective, const direct_options& 
   const auto join = [&](int r) {  // files rectangle r under its k_min
     k_min[r] = *std::min_element(levels.begin() + r * d, levels.begin() + (r + 1) * d);
     if (k_min[r] >= static_cast<int>(groups.size())) groups.resize(k_min[r] + 1);
-    groups[k_min[r]].emplace(values[r], r);
+    auto& heap = groups[k_min[r]];
+    heap.emplace_back(values[r], r);
+    std::push_heap(heap.begin(), heap.end(), later);
   };
   int best = 0;
   std::vector<int> group, chosen, dims, order, cut;
@@ -105,8 +113,14 @@ std::vector<double> direct_minimise(int d, F&& objective, const direct_options& 
   for (int iter = 0; iter < opt.maxiter && static_cast<int>(values.size()) < opt.maxfun;
        ++iter) {
     group.assign(groups.size(), -1);  // group[k]: the lowest rectangle with k_min = k
-    for (size_t k = 0; k < groups.size(); ++k)
-      if (!groups[k].empty()) group[k] = groups[k].begin()->second;
+    for (size_t k = 0; k < groups.size(); ++k) {
+      auto& heap = groups[k];
+      while (!heap.empty() && k_min[heap.front().second] != static_cast<int>(k)) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.pop_back();
+      }
+      if (!heap.empty()) group[k] = heap.front().second;
+    }
     const double f_min = values[best];
     const double target = f_min - opt.eps * std::abs(f_min);
     chosen.clear();
@@ -157,7 +171,6 @@ std::vector<double> direct_minimise(int d, F&& objective, const direct_options& 
         for (int c = 0; c < 2; ++c)
           std::copy(cut.begin(), cut.end(), levels.begin() + (first_new + 2 * t + c) * d);
       }
-      groups[k].erase({values[r], r});
       std::copy(cut.begin(), cut.end(), levels.begin() + r * d);  // the parent: all cut
       join(r);
       for (int r2 = first_new; r2 < static_cast<int>(values.size()); ++r2) {
@@ -172,6 +185,56 @@ std::vector<double> direct_minimise(int d, F&& objective, const direct_options& 
   }
   return std::vector<double>(centres.begin() + best * d, centres.begin() + (best + 1) * d);
 }
+
+// Values at points of d coordinates, found by the points' bits (open addressing, linear
+// probing, keys in one flat array: no allocation per point).  Holds up to `capacity`
+// points; further ones are not kept (found() then misses, which only costs a
+// recomputation).
+class point_memo {
+ public:
+  point_memo(int d, int capacity) : d_(d), capacity_(capacity) {
+    size_t slots = 16;
+    while (slots < 2 * static_cast<size_t>(capacity)) slots *= 2;
+    slot_.assign(slots, -1);
+    keys_.reserve(static_cast<size_t>(capacity) * d);
+    values_.reserve(capacity);
+  }
+
+  // The value stored for x, or nullptr.
+  const double* find(const double* x) const {
+    for (size_t i = hash(x) & (slot_.size() - 1);; i = (i + 1) & (slot_.size() - 1)) {
+      const int s = slot_[i];
+      if (s < 0) return nullptr;
+      if (std::memcmp(keys_.data() + static_cast<size_t>(s) * d_, x, d_ * sizeof(double)) == 0)
+        return &values_[s];
+    }
+  }
+
+  void insert(const double* x, double value) {
+    if (static_cast<int>(values_.size()) >= capacity_) return;
+    size_t i = hash(x) & (slot_.size() - 1);
+    while (slot_[i] >= 0) i = (i + 1) & (slot_.size() - 1);
+    slot_[i] = static_cast<int>(values_.size());
+    keys_.insert(keys_.end(), x, x + d_);
+    values_.push_back(value);
+  }
+
+ private:
+  size_t hash(const double* x) const {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int j = 0; j < d_; ++j) {
+      uint64_t bits;
+      std::memcpy(&bits, x + j, sizeof bits);
+      h = (h ^ bits) * 0xbf58476d1ce4e5b9ULL;
+      h ^= h >> 31;
+    }
+    return static_cast<size_t>(h);
+  }
+
+  int d_, capacity_;
+  std::vector<int> slot_;
+  std::vector<double> keys_, values_;
+};
 
 // Zero-mean GP regression with a fixed SE-ARD kernel on the unit cube, its posterior kept
 // on a fixed candidate grid (see the file comment; gp.py's GaussianProcess).
@@ -491,14 +554,20 @@ class bo_tuner {
     if (s_cfg_.maximizer == 1) {
       gp_.prepare_points();
       vec x(d_), unit(d_);
+      // DIRECT's points differ, but once snapped (L an integer) many coincide: each
+      // snapped point is predicted once per move (the same value either way).
+      point_memo seen(d_, s_cfg_.direct_maxfun + 64);
       const auto negative_ucb = [&](const double* u) {
         for (int j = 0; j < d_; ++j) x[j] = low_[j] + u[j] * width_[j];
         snap(x.data(), x.data());
+        if (const double* hit = seen.find(x.data())) return *hit;
         to_unit(x.data(), unit.data());
         double mean, var;
         gp_.predict_point(unit.data(), mean, var);
         const double val = s_ * mean + weight * std::sqrt(var);
-        return std::isfinite(val) ? -val : std::numeric_limits<double>::infinity();
+        const double out = std::isfinite(val) ? -val : std::numeric_limits<double>::infinity();
+        seen.insert(x.data(), out);
+        return out;
       };
       direct_options options;
       options.maxfun = s_cfg_.direct_maxfun;
