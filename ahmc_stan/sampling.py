@@ -493,7 +493,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     the run was killed.
 
     ``metric_rerun``: a sampler whose default metric is estimated from gradients (AHMC's
-    ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
+    ``auto`` where it chose ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
     chains then under-explore, all alike), or both the R-hat and an ESS check with an ESS
     below a tenth of the draws (chains that disagree and mix slowly), and not the E-BFMI
@@ -527,7 +527,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
     fit = run(options, output_dir)
-    steps = _rerun_steps(sampler, options) if metric_rerun and not fit.incomplete else []
+    steps = (_rerun_steps(sampler, options)
+             if metric_rerun and not fit.incomplete and _ran_gradient_metric(fit) else [])
     if steps:
         fit = _metric_rerun(fit, lambda step, i: run(
             {**options, **step}, None if output_dir is None else
@@ -557,11 +558,19 @@ RERUN_SEED_KEY = 100
 
 
 def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
-    """The sampler's default metric is gradient-based and the call did not choose one."""
+    """The sampler's default metric is gradient-based (or ``"auto"``, which may be) and
+    the call did not choose one."""
     if "metric" in options:
         return False
     param = inspect.signature(SAMPLERS[sampler]()).parameters.get("metric")
-    return param is not None and param.default in GRADIENT_METRICS
+    return param is not None and param.default in (*GRADIENT_METRICS, "auto")
+
+
+def _ran_gradient_metric(fit: Fit) -> bool:
+    """Some chain of ``fit`` ran a gradient-based metric (``"auto"`` resolves per model:
+    on one it resolved to Stan's diagonal, the reruns would run that again)."""
+    chains = fit.metadata.get("chains") or []
+    return any(c.get("metric", "low_rank") in GRADIENT_METRICS for c in chains) or not chains
 
 
 def _rerun_steps(sampler: str, options: Mapping[str, Any]) -> list[dict]:

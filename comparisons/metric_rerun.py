@@ -1,6 +1,6 @@
 """AHMC's reruns on the robustness suite.  The metric rerun
-(``tune_and_sample(metric_rerun=True)``, the default): a fit of the default ``low_rank``
-metric that fails the tail-rejection check, or both the R-hat and an ESS check, is run
+(``tune_and_sample(metric_rerun=True)``, the default): a fit of the default metric
+(``auto``) that ran ``low_rank`` and fails the tail-rejection check, or both the R-hat and an ESS check, is run
 again with ``metric="diag"`` (and, if that fails the tail-rejection check, with
 ``adapt_delta=0.95`` as well), and the first converged fit returned (else the one with
 the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,

@@ -8,8 +8,10 @@ Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-
 51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP) and two real
 regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
 on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
-AHMC with each metric (``low_rank``, the default, with its metric rerun as a user gets
-it, and ``ahmc_low_rank_no_rerun`` without; ``fisher``: from draws and gradients;
+AHMC with each metric (``ahmc_low_rank``: the default as a user gets it, ``metric="auto"``
+with its metric rerun, which is ``low_rank`` up to 200 parameters at 1000 warmup
+iterations and Stan's ``diag`` beyond; ``ahmc_low_rank_no_rerun``: ``low_rank`` named,
+so without the rerun; ``fisher``: from draws and gradients;
 ``diag``: Stan's, from draws; ``ahmc_grad_init``: ``low_rank`` whose first window runs
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds.  For each model and
@@ -43,9 +45,10 @@ SUITE = ["gauss2d", "neal100", "gp51", "pima", "ripley", "breast_cancer", "carav
          "lgcp"]
 REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
                "galton": "child on mid-parent height, inches (Galton)"}
-#: ``ahmc_low_rank`` is AHMC's default as a user gets it: its metric is ``low_rank`` and,
-#: since the call does not name one, the metric rerun applies (naming the metric would
-#: turn it off; ``ahmc_low_rank_no_rerun`` measures that).
+#: ``ahmc_low_rank`` is AHMC's default as a user gets it: its metric is ``auto`` (``low_rank``
+#: where the last metric window has as many draws as parameters, else ``diag``) and,
+#: since the call does not name one, the metric rerun applies to its ``low_rank`` fits
+#: (naming the metric would turn it off; ``ahmc_low_rank_no_rerun`` measures that).
 OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
         "ahmc_grad_init": {"metric": "low_rank", "grad_init": True}}

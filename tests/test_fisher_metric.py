@@ -67,6 +67,31 @@ def ridge_covariance():
     return corr * np.outer(sd, sd)
 
 
+def test_auto_metric_is_low_rank_only_with_as_many_draws_as_parameters(gauss100):
+    """``metric="auto"`` (AHMC's default) is ``low_rank`` where the scale phase's last
+    window has at least as many draws as the model has parameters, else Stan's ``diag``;
+    the chains record which, and a fit run in Stan's diagonal gets no metric rerun (it
+    would switch to that same metric)."""
+    from ahmc_stan.sampling import _ran_gradient_metric
+    from ahmc_stan.tuning.hmc_warmup import auto_metric
+
+    last = np.diff(adaptation_windows(500)[-1])[0]  # 1000 warmup: a scale phase of 500
+    assert last == 200
+    assert auto_metric(last, 500) == "low_rank" and auto_metric(last + 1, 500) == "diag"
+    assert auto_metric(1003, 500) == "diag" and auto_metric(1003, 5000) == "low_rank"
+    assert auto_metric(5, 10) == "low_rank"  # no window at all: nothing is estimated
+    # warmup 200: a scale phase of 100, whose one window (15, 90) has 75 draws < 100
+    fit = tune_and_sample(gauss100, chains=2, warmup=200, draws=200, seed=2, progress=False,
+                          diagnose=False)
+    assert [c["metric"] for c in fit.metadata["chains"]] == ["diag", "diag"]
+    assert all(np.ndim(m) == 1 for m in fit.inv_metric)
+    assert not _ran_gradient_metric(fit) and "metric_rerun" not in fit.metadata
+    fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=200, seed=2, progress=False,
+                          diagnose=False)
+    assert [c["metric"] for c in fit.metadata["chains"]] == ["low_rank", "low_rank"]
+    assert _ran_gradient_metric(fit)
+
+
 def test_low_rank_is_the_covariance_of_a_gaussian():
     """Without the cutoff and regularisation the estimate is Σ itself as soon as the
     draws span the space (to rounding: each entry within 10⁻¹⁰ of its scale

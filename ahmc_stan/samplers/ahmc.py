@@ -9,7 +9,9 @@ One chain runs in two warmup phases and a sampling phase:
    metric (``metric="fisher"``: in the same windows, the diagonal estimate from draws and
    gradients, :func:`~ahmc_stan.tuning.windows.fisher_inv_metric`; ``"low_rank"``: that
    diagonal corrected in the directions where the draws and gradients say it is off,
-   :func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`).  Its end product is the metric and a reference step size ε*.  This phase takes
+   :func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`; the default ``"auto"`` is
+   ``"low_rank"`` where the phase's last window has at least as many draws as there are
+   parameters and ``"diag"`` beyond).  Its end product is the metric and a reference step size ε*.  This phase takes
    ``scale_fraction`` of warmup (default 1/2 with a metric to adapt, 1/5 otherwise).
 2. **Bayesian optimisation** over the box Γ of (ε, L) with the metric now fixed, so the
    tuner never chases a moving target: blocks of ``m = B/k`` iterations at γ_i, each with
@@ -47,7 +49,7 @@ from ..hmc import HMCKernel, HMCParameters
 from ..metric import metric_record
 from ..tuning import Box, Dimension, NativeBayesOptTuner
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
-from ..tuning.hmc_warmup import METRICS, hmc_warmup
+from ..tuning.hmc_warmup import METRICS, auto_metric, hmc_warmup
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            call_iterations, next_phase, run_tuned_blocks,
@@ -160,16 +162,19 @@ def run_native_tuned_blocks(tuned: Callable, tuner: NativeBayesOptTuner,
 
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
-              progress: Callable[[int], None], *, metric: str = "low_rank", box=None,
+              progress: Callable[[int], None], *, metric: str = "auto", box=None,
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
               detect_stuck: bool = True, adapt_delta: float = 0.8, min_num_steps: int = 2,
               scale_path_length: float = 2.0, **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
-    ``metric`` (default ``"low_rank"``; ``"diag"``, ``"fisher"``, ``"dense"``,
-    ``"identity"`` or a fixed array): the scale phase's inverse metric
-    (:mod:`ahmc_stan.tuning.hmc_warmup`); ``comparisons/nuts_peers.py`` measures them.  A
+    ``metric`` (default ``"auto"``: ``"low_rank"`` where the scale phase's last window has
+    at least as many draws as there are parameters, Stan's ``"diag"`` beyond,
+    :func:`~ahmc_stan.tuning.hmc_warmup.auto_metric`; or ``"low_rank"``, ``"diag"``,
+    ``"fisher"``, ``"dense"``, ``"identity"`` or a fixed array): the scale phase's inverse
+    metric (:mod:`ahmc_stan.tuning.hmc_warmup`), recorded in ``extras["metric"]``;
+    ``comparisons/nuts_peers.py`` measures them.  A
     chain whose ``low_rank`` or ``fisher`` metric diverged in its last window uses Stan's
     diagonal instead, estimated again after one more window run in it (taken from the
     tuning phase, at most half of it), logged in ``extras["metric_fallback"]`` (``None``
@@ -232,9 +237,12 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
+    if not fixed_metric and metric == "auto":
+        fraction = 0.5 if scale_fraction is None else scale_fraction
+        metric = auto_metric(len(x0), int(round(fraction * warmup)))
     if not fixed_metric and metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "
-                         f"array, not {metric!r}")
+        raise ValueError(f"metric must be 'auto', one of {', '.join(map(repr, METRICS))} "
+                         f"or an array, not {metric!r}")
     adapt_metric = not fixed_metric and metric != "identity"
     options = TuningOptions(**tuning)
     restarts = WarmupRestarts(max_restarts, detect_stuck)
@@ -283,6 +291,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
                              options=options, chain_start=rec.chain_start,
                              progress=progress, callback=callback)
-    return rec.finish({"inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
+    return rec.finish({"metric": metric if not fixed_metric else "fixed",
+                       "inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
                        "restarts": restarts.records,
                        "metric_fallback": notes.get("metric_fallback"), **tuning_extras(tuner)})
