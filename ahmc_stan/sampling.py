@@ -493,7 +493,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     the run was killed.
 
     ``metric_rerun``: a sampler whose default metric is estimated from gradients (AHMC's
-    ``auto`` where it chose ``low_rank``), run without a ``metric`` option, whose fit fails the tail-rejection
+    ``auto``; where it chose Stan's diagonal only the second step below applies), run
+    without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
     chains then under-explore, all alike), or both the R-hat and an ESS check with an ESS
     below a tenth of the draws (chains that disagree and mix slowly), and not the E-BFMI
@@ -527,8 +528,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
     fit = run(options, output_dir)
-    steps = (_rerun_steps(sampler, options)
-             if metric_rerun and not fit.incomplete and _ran_gradient_metric(fit) else [])
+    steps = _fit_rerun_steps(sampler, options, fit) if metric_rerun and not fit.incomplete else []
     if steps:
         fit = _metric_rerun(fit, lambda step, i: run(
             {**options, **step}, None if output_dir is None else
@@ -567,8 +567,9 @@ def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
 
 
 def _ran_gradient_metric(fit: Fit) -> bool:
-    """Some chain of ``fit`` ran a gradient-based metric (``"auto"`` resolves per model:
-    on one it resolved to Stan's diagonal, the reruns would run that again)."""
+    """Some chain of ``fit`` ran a gradient-based metric (``"auto"`` resolves per model;
+    where it chose Stan's diagonal, only the reruns that change more than the metric
+    apply)."""
     chains = fit.metadata.get("chains") or []
     return any(c.get("metric", "low_rank") in GRADIENT_METRICS for c in chains) or not chains
 
@@ -582,6 +583,15 @@ def _rerun_steps(sampler: str, options: Mapping[str, Any]) -> list[dict]:
     params = inspect.signature(SAMPLERS[sampler]()).parameters
     return [dict(step) for step in RERUN_STEPS
             if all(k in params and k not in options for k in step)]
+
+
+def _fit_rerun_steps(sampler: str, options: Mapping[str, Any], fit: Fit) -> list[dict]:
+    """:func:`_rerun_steps` for ``fit``: where ``"auto"`` ran Stan's diagonal, the steps
+    that change only the metric are left out (they would run the same again)."""
+    steps = _rerun_steps(sampler, options)
+    if steps and not _ran_gradient_metric(fit):
+        steps = [step for step in steps if set(step) != {"metric"}]
+    return steps
 
 
 def _options_text(step: Mapping[str, Any]) -> str:

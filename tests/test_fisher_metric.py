@@ -70,9 +70,9 @@ def ridge_covariance():
 def test_auto_metric_is_low_rank_only_with_as_many_draws_as_parameters(gauss100):
     """``metric="auto"`` (AHMC's default) is ``low_rank`` where the scale phase's last
     window has at least as many draws as the model has parameters, else Stan's ``diag``;
-    the chains record which, and a fit run in Stan's diagonal gets no metric rerun (it
-    would switch to that same metric)."""
-    from ahmc_stan.sampling import _ran_gradient_metric
+    the chains record which, and a fit run in Stan's diagonal gets only the metric rerun
+    with smaller steps (the other would switch to that same metric)."""
+    from ahmc_stan.sampling import RERUN_STEPS, _fit_rerun_steps, _ran_gradient_metric
     from ahmc_stan.tuning.hmc_warmup import auto_metric
 
     last = np.diff(adaptation_windows(500)[-1])[0]  # 1000 warmup: a scale phase of 500
@@ -85,11 +85,15 @@ def test_auto_metric_is_low_rank_only_with_as_many_draws_as_parameters(gauss100)
                           diagnose=False)
     assert [c["metric"] for c in fit.metadata["chains"]] == ["diag", "diag"]
     assert all(np.ndim(m) == 1 for m in fit.inv_metric)
-    assert not _ran_gradient_metric(fit) and "metric_rerun" not in fit.metadata
+    assert not _ran_gradient_metric(fit)
+    # its metric rerun (when its checks fire) only takes smaller steps in the same metric
+    assert _fit_rerun_steps("ahmc", {}, fit) == [{"metric": "diag", "adapt_delta": 0.95}]
+    assert _fit_rerun_steps("ahmc", {"adapt_delta": 0.9}, fit) == []
     fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=200, seed=2, progress=False,
                           diagnose=False)
     assert [c["metric"] for c in fit.metadata["chains"]] == ["low_rank", "low_rank"]
     assert _ran_gradient_metric(fit)
+    assert _fit_rerun_steps("ahmc", {}, fit) == [dict(step) for step in RERUN_STEPS]
 
 
 def test_low_rank_is_the_covariance_of_a_gaussian():
