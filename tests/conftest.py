@@ -69,21 +69,28 @@ def gauss100():
     return StanModel(stan_model_path("diag_normal"), {"D": 100, "sigma": SDS_100})
 
 
-def with_and_without_avx2(script: str, model: str) -> tuple[np.ndarray, np.ndarray, bool]:
+def run_with_env(script: str, model: str, **env: str) -> np.ndarray:
     """Run ``script`` (``python -c``, the path of the bundled ``model`` as its argument,
-    printing a list as its last line) on the AVX2 loops of the C layer and on the baseline
-    ones (``AHMC_NO_AVX2=1``); returns both lists and whether the CPU has AVX2 and FMA, so
-    that the two runs took different paths."""
+    printing a list as its last line) with the environment variables ``env`` set; its
+    list."""
     import ast
     import os
     import subprocess
     import sys
 
-    ends = []
-    for off in ("", "1"):
-        out = subprocess.run([sys.executable, "-c", script, str(stan_model_path(model))],
-                             capture_output=True, text=True, check=True,
-                             env={**os.environ, "AHMC_NO_AVX2": off})
-        ends.append(np.array(ast.literal_eval(out.stdout.strip().splitlines()[-1])))
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    out = subprocess.run([sys.executable, "-c", script, str(stan_model_path(model))],
+                         capture_output=True, text=True, check=True, env={**os.environ, **env})
+    return np.array(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
+def cpu_flags() -> str:
+    return Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+
+
+def with_and_without_avx2(script: str, model: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Run ``script`` (:func:`run_with_env`) on the AVX2 loops of the C layer and on the
+    baseline ones (``AHMC_NO_AVX2=1``); returns both lists and whether the CPU has AVX2
+    and FMA, so that the two runs took different paths."""
+    ends = [run_with_env(script, model, AHMC_NO_AVX2=off) for off in ("", "1")]
+    flags = cpu_flags()
     return ends[0], ends[1], " avx2" in flags and " fma" in flags

@@ -280,3 +280,18 @@ def test_triangular_products_and_rmsprop_with_and_without_avx2():
     np.testing.assert_allclose(avx2, baseline, rtol=1e-9, atol=1e-12)
     if two_paths:  # the products' fused and unfused roundings
         assert not np.array_equal(avx2, baseline)
+
+
+def test_rmsprop_rounds_the_same_with_and_without_avx512():
+    """Where the CPU has AVX-512F, gad's RMSProp step runs 8 wide (the outer product's row
+    formed in registers, G's rows scaled in place); with ``AHMC_NO_AVX512=1`` it runs on
+    the AVX2 loops.  The products are the same AVX2 code on both, so the blocks, warmup
+    and sampling, must agree to the last bit."""
+    from .conftest import cpu_flags, run_with_env
+
+    wide = run_with_env(_TRIANGULAR_BLOCK, "mvn", AHMC_NO_AVX512="")
+    narrow = run_with_env(_TRIANGULAR_BLOCK, "mvn", AHMC_NO_AVX512="1")
+    assert np.all(np.isfinite(wide))
+    np.testing.assert_array_equal(wide, narrow)
+    if " avx512f" not in cpu_flags():
+        pytest.skip("no AVX-512F here: both runs took the AVX2 loops")

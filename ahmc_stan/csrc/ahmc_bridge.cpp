@@ -1681,17 +1681,23 @@ class mh_chain {
           double* l_row = chol_.data() + static_cast<size_t>(i) * n_;
           auto g = row_grad_.head(len);
           const double diag = l_row[i];
+          double* g_row = sq_grad_.data() + static_cast<size_t>(i) * n_;
+          if (outer && !extra) {  // g = u_i w, + beta / L_ii on the diagonal
+            ahmc_triangular::rmsprop_outer_row(len, u[i], w.data(), beta / diag, g.data(),
+                                               g_row, l_row, rate);
+            l_row[i] = std::max(l_row[i], min_ratio * diag);
+            continue;
+          }
           if (outer) g = u[i] * w.head(len).array();
           else g.setZero();
           if (extra) {
             g += c_[i] * w_exact_a_.head(len).array() + (0.5 * gx_[i]) * hv_.head(len).array();
           }
           g[i] += beta / diag;
-          double* g_row = sq_grad_.data() + static_cast<size_t>(i) * n_;
           if (outer || extra) {
             ahmc_triangular::rmsprop_row(len, g.data(), g_row, l_row, rate);
           } else {  // g is 0 left of the diagonal: G shrinks, L stays (the same roundings)
-            Eigen::Map<Eigen::ArrayXd>(g_row, i) *= 0.9;
+            ahmc_triangular::scale_row(i, g_row, 0.9);
             ahmc_triangular::rmsprop_row(1, g.data() + i, g_row + i, l_row + i, rate);
           }
           l_row[i] = std::max(l_row[i], min_ratio * diag);

@@ -111,6 +111,19 @@ inline bool cpu_has_avx2() {
   }();
   return has;
 }
+
+// Whether to take the AVX-512 loops (gad's RMSProp step, ahmc_triangular.hpp): AVX2 loops
+// are taken, the CPU has AVX-512F, and AHMC_NO_AVX512 is unset or empty when first asked
+// (it lets a test run the AVX2 loops on an AVX-512 machine).
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    const char* off = std::getenv("AHMC_NO_AVX512");
+    if (!cpu_has_avx2() || (off && *off)) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
 #endif
 
 // out = a .* (u + V (c .* (V' u))) (a null: u + V (c .* (V' u))); out must not alias u.

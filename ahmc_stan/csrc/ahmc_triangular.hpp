@@ -10,7 +10,8 @@
 // (ahmc_low_rank::cpu_has_avx2, the same switch as the low-rank metric's products and
 // the same AHMC_NO_AVX2 override) the same loops run 4 wide, four rows at a time.  The
 // RMSProp step is the same arithmetic in the same order on either path (no fused
-// multiply-adds), so it rounds identically, as does the rank-one update; the products use fused multiply-adds and
+// multiply-adds), and where the CPU has AVX-512F it runs 8 wide (AHMC_NO_AVX512 keeps it
+// at 4), so it rounds identically on all three, as does the rank-one update; the products use fused multiply-adds and
 // another summation order, so they agree with Eigen's to rounding.
 
 #pragma once
@@ -126,6 +127,70 @@ __attribute__((target("avx2"))) inline void rmsprop_row_avx2(long len, const dou
   }
 }
 
+// The same 8 wide with a masked tail (a row of L is mostly shorter than a few vectors; the
+// divider's throughput at 512 bits is what the warmup iteration waits on).  The multiplies
+// and adds take explicit rounding (_round intrinsics) so that no compiler fuses them: the
+// roundings stay those of the loops above.
+#define AHMC_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+// The lanes of `m` of one vector: G = 0.9 G + 0.1 g^2, L += g / (sqrt(G) + 1) * rate.
+__attribute__((target("avx512f"))) inline void rmsprop_lanes_avx512(__mmask8 m, __m512d gj,
+                                                                   double* g_row,
+                                                                   double* l_row,
+                                                                   __m512d rate) {
+  const __m512d gg = _mm512_add_round_pd(
+      _mm512_mul_round_pd(_mm512_set1_pd(0.9), _mm512_maskz_loadu_pd(m, g_row), AHMC_RN),
+      _mm512_mul_round_pd(_mm512_set1_pd(0.1), _mm512_mul_round_pd(gj, gj, AHMC_RN), AHMC_RN),
+      AHMC_RN);
+  _mm512_mask_storeu_pd(g_row, m, gg);
+  const __m512d step = _mm512_mul_round_pd(
+      _mm512_div_pd(gj, _mm512_add_pd(_mm512_sqrt_pd(gg), _mm512_set1_pd(1.0))), rate,
+      AHMC_RN);
+  _mm512_mask_storeu_pd(l_row, m,
+                        _mm512_add_round_pd(_mm512_maskz_loadu_pd(m, l_row), step, AHMC_RN));
+}
+
+// The lanes of [j, len) in the vector at j.
+inline __mmask8 lanes_from(long j, long len) {
+  return len - j >= 8 ? __mmask8(0xFF) : __mmask8((1u << (len - j)) - 1);
+}
+
+__attribute__((target("avx512f"))) inline void rmsprop_row_avx512(long len, const double* g,
+                                                                 double* g_row, double* l_row,
+                                                                 double rate) {
+  const __m512d r = _mm512_set1_pd(rate);
+  for (long j = 0; j < len; j += 8) {
+    const __mmask8 m = lanes_from(j, len);
+    rmsprop_lanes_avx512(m, _mm512_maskz_loadu_pd(m, g + j), g_row + j, l_row + j, r);
+  }
+}
+
+// rmsprop_row_avx512 with g = u w (the outer product's row, gad's gradient where the
+// ratio is below 1) formed in the registers instead of a buffer, and `last` added to its
+// last entry: the same multiplies and adds, so the same roundings.
+__attribute__((target("avx512f"))) inline void rmsprop_outer_row_avx512(
+    long len, double u, const double* w, double last, double* g_row, double* l_row,
+    double rate) {
+  const __m512d r = _mm512_set1_pd(rate), uu = _mm512_set1_pd(u), add = _mm512_set1_pd(last);
+  for (long j = 0; j < len; j += 8) {
+    const __mmask8 m = lanes_from(j, len);
+    __m512d gj = _mm512_mul_round_pd(uu, _mm512_maskz_loadu_pd(m, w + j), AHMC_RN);
+    if (len - j <= 8) {
+      gj = _mm512_mask_add_round_pd(gj, __mmask8(1u << (len - j - 1)), gj, add, AHMC_RN);
+    }
+    rmsprop_lanes_avx512(m, gj, g_row + j, l_row + j, r);
+  }
+}
+
+// x[0..len) *= c
+__attribute__((target("avx512f"))) inline void scale_row_avx512(long len, double* x, double c) {
+  const __m512d cc = _mm512_set1_pd(c);
+  for (long j = 0; j < len; j += 8) {
+    const __mmask8 m = lanes_from(j, len);
+    _mm512_mask_storeu_pd(x + j, m, _mm512_mul_round_pd(cc, _mm512_maskz_loadu_pd(m, x + j), AHMC_RN));
+  }
+}
+#undef AHMC_RN
+
 // One column of the rank-one Cholesky update (adaptive Metropolis): for i in [0, len),
 // col_i = (col_i + s t_i) / c, then t_i = c t_i - s col_i.  No fused multiply-adds: the
 // same roundings as the baseline.
@@ -170,12 +235,36 @@ inline void lower_transpose_times(const Eigen::Map<row_major>& l, const double* 
 // entries (gad.GadProposal.adapt's RMSProp step, elementwise).
 inline void rmsprop_row(long len, const double* g, double* g_row, double* l_row, double rate) {
 #ifdef AHMC_LOW_RANK_AVX2
+  if (ahmc_low_rank::cpu_has_avx512()) return rmsprop_row_avx512(len, g, g_row, l_row, rate);
   if (ahmc_low_rank::cpu_has_avx2()) return rmsprop_row_avx2(len, g, g_row, l_row, rate);
 #endif
   const Eigen::Map<const Eigen::ArrayXd> gg(g, len);
   Eigen::Map<Eigen::ArrayXd> gr(g_row, len), lr(l_row, len);
   gr = 0.9 * gr + 0.1 * gg.square();
   lr += gg / (gr.sqrt() + 1.0) * rate;
+}
+
+// rmsprop_row with g[j] = u w[j] for j < len - 1 and g[len - 1] = u w[len - 1] + last;
+// `g` (len entries) is scratch for the paths that form it in memory.
+inline void rmsprop_outer_row(long len, double u, const double* w, double last, double* g,
+                              double* g_row, double* l_row, double rate) {
+#ifdef AHMC_LOW_RANK_AVX2
+  if (ahmc_low_rank::cpu_has_avx512()) {
+    return rmsprop_outer_row_avx512(len, u, w, last, g_row, l_row, rate);
+  }
+#endif
+  Eigen::Map<Eigen::ArrayXd> gg(g, len);
+  gg = u * Eigen::Map<const Eigen::ArrayXd>(w, len);
+  gg[len - 1] += last;
+  rmsprop_row(len, g, g_row, l_row, rate);
+}
+
+// x[0..len) *= c
+inline void scale_row(long len, double* x, double c) {
+#ifdef AHMC_LOW_RANK_AVX2
+  if (ahmc_low_rank::cpu_has_avx512()) return scale_row_avx512(len, x, c);
+#endif
+  Eigen::Map<Eigen::ArrayXd>(x, len) *= c;
 }
 
 // L' L'^T = L L^T + v v^T for a lower-triangular L stored column-major (n x n, columns
