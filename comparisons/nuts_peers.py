@@ -5,14 +5,16 @@ side by side in one run (issue "Beat the best NUTS"):
                                      [--chains 4] [--warmup 1000] [--draws 1000]
 
 Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-d, the
-51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP) and two real
+51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP), the two latent fields
+at other sizes (``sv<T>``, ``lgcp<d>``: e.g. ``sv150``, ``lgcp16``) and two real
 regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
 on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
 AHMC with each metric (``ahmc_low_rank``: the default as a user gets it, ``metric="auto"``
 with its metric rerun, which is ``low_rank`` up to 200 parameters at 1000 warmup
 iterations and Stan's ``diag`` beyond; ``ahmc_low_rank_no_rerun``: ``low_rank`` named,
 so without the rerun; ``fisher``: from draws and gradients;
-``diag``: Stan's, from draws; ``ahmc_grad_init``: ``low_rank`` whose first window runs
+``diag``: Stan's, from draws; ``ahmc_diag_095``: the same, its dual averaging aiming at
+an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first window runs
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds.  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
@@ -50,12 +52,31 @@ REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
 #: since the call does not name one, the metric rerun applies to its ``low_rank`` fits
 #: (naming the metric would turn it off; ``ahmc_low_rank_no_rerun`` measures that).
 OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
+        "ahmc_diag_095": {"metric": "diag", "adapt_delta": 0.95},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
         "ahmc_grad_init": {"metric": "low_rank", "grad_init": True}}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 
+def sized(name: str):
+    """``sv<T>`` (SV on a simulated series of length T: T + 3 parameters) or ``lgcp<d>``
+    (the LGCP on a d × d grid: d² parameters), the suite's two latent fields at other
+    sizes, or None."""
+    import re
+
+    match = re.fullmatch(r"(sv|lgcp)(\d+)", name)
+    if match is None:
+        return None
+    size = int(match.group(2))
+    if match.group(1) == "sv":
+        return ("stochastic_volatility.stan", datasets.stochastic_volatility_data(T=size, seed=1))
+    return ("lgcp.stan", datasets.lgcp_data(d=size, seed=1))
+
+
 def load(name: str):
+    if sized(name) is not None:
+        stan_file, data = sized(name)
+        return ahmc_stan.StanModel(ROOT / "stan_models" / stan_file, data)
     if name in REGRESSIONS:
         return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",
                                    datasets.uncentred_regression_data(name))
