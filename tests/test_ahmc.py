@@ -292,10 +292,11 @@ def test_adapt_delta_sets_the_scale_phase_target(mvn_model):
 
 
 def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
-    """3 chains on 2 workers, Ctrl-C while chain 3 runs alone and the other worker is
-    idle: the idle worker used to die of the SIGINT, break the pool and lose chain 3.  Now
-    all three chains are kept: the arrays hold the common length, chains 1–2 keep their
-    other draws in ``chain_draws``."""
+    """3 chains on 2 workers, Ctrl-C while one chain runs alone (chain 3, or chain 2 when
+    chain 3 ended first) and the other worker is idle: the idle worker used to die of the
+    SIGINT, break the pool and lose the running chain.  Now all three chains are kept: the
+    arrays hold the common length, the two finished chains keep their other draws in
+    ``chain_draws``."""
     script = textwrap.dedent(f"""
         import os, signal, ahmc_stan
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -323,8 +324,9 @@ def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
         if len(parts) == 4 and parts[0] == "BLOCK":
             last[(parts[1], parts[2])] = int(parts[3])
             n = list(last.values())
-            # chains 1-2 done, chain 3 sampling alone: the other worker is idle
-            if len(n) == 3 and n[0] == n[1] == 20200 and 1000 < n[2] < 20200:
+            # two chains done, the third sampling alone: the other worker is idle (chain 3
+            # after chain 1 on one worker; under load chain 2 can be the one left)
+            if len(n) == 3 and sorted(n)[1] == 20200 and 1000 < min(n) < 20200:
                 os.killpg(proc.pid, signal.SIGINT)
                 sent = True
     proc.wait(timeout=120)
@@ -335,7 +337,7 @@ def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
     assert result[1] == "True" and result[2] == "3", (last, result)
     n_common, lengths = int(result[3]), eval(result[4].split("]")[0] + "]")
     assert 800 < n_common < 20000
-    assert lengths[:2] == [20000, 20000] and lengths[2] == n_common
+    assert sorted(lengths) == [n_common, 20000, 20000]
 
 
 def test_interrupt_in_a_later_chains_warmup_keeps_the_finished_chains(gauss2d):
