@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 import warnings
 from pathlib import Path
@@ -62,8 +63,6 @@ def sized(name: str):
     """``sv<T>`` (SV on a simulated series of length T: T + 3 parameters) or ``lgcp<d>``
     (the LGCP on a d × d grid: d² parameters), the suite's two latent fields at other
     sizes, or None."""
-    import re
-
     match = re.fullmatch(r"(sv|lgcp)(\d+)", name)
     if match is None:
         return None
@@ -74,8 +73,9 @@ def sized(name: str):
 
 
 def load(name: str):
-    if sized(name) is not None:
-        stan_file, data = sized(name)
+    other_size = sized(name)
+    if other_size is not None:
+        stan_file, data = other_size
         return ahmc_stan.StanModel(ROOT / "stan_models" / stan_file, data)
     if name in REGRESSIONS:
         return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",

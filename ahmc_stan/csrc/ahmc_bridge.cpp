@@ -1685,20 +1685,16 @@ class mh_chain {
           if (outer && !extra) {  // g = u_i w, + beta / L_ii on the diagonal
             ahmc_triangular::rmsprop_outer_row(len, u[i], w.data(), beta / diag, g.data(),
                                                g_row, l_row, rate);
-            l_row[i] = std::max(l_row[i], min_ratio * diag);
-            continue;
-          }
-          if (outer) g = u[i] * w.head(len).array();
-          else g.setZero();
-          if (extra) {
+          } else if (extra) {
+            if (outer) g = u[i] * w.head(len).array();
+            else g.setZero();
             g += c_[i] * w_exact_a_.head(len).array() + (0.5 * gx_[i]) * hv_.head(len).array();
-          }
-          g[i] += beta / diag;
-          if (outer || extra) {
+            g[i] += beta / diag;
             ahmc_triangular::rmsprop_row(len, g.data(), g_row, l_row, rate);
           } else {  // g is 0 left of the diagonal: G shrinks, L stays (the same roundings)
             ahmc_triangular::scale_row(i, g_row, 0.9);
-            ahmc_triangular::rmsprop_row(1, g.data() + i, g_row + i, l_row + i, rate);
+            const double g_ii = beta / diag;
+            ahmc_triangular::rmsprop_row(1, &g_ii, g_row + i, l_row + i, rate);
           }
           l_row[i] = std::max(l_row[i], min_ratio * diag);
         }

@@ -9,10 +9,11 @@
 // that the cached libraries run on any x86-64 machine; where the CPU has AVX2 and FMA
 // (ahmc_low_rank::cpu_has_avx2, the same switch as the low-rank metric's products and
 // the same AHMC_NO_AVX2 override) the same loops run 4 wide, four rows at a time.  The
-// RMSProp step is the same arithmetic in the same order on either path (no fused
-// multiply-adds), and where the CPU has AVX-512F it runs 8 wide (AHMC_NO_AVX512 keeps it
-// at 4), so it rounds identically on all three, as does the rank-one update; the products use fused multiply-adds and
-// another summation order, so they agree with Eigen's to rounding.
+// RMSProp step is the same arithmetic in the same order on every path (no fused
+// multiply-adds), 8 wide where the CPU has AVX-512F (AHMC_NO_AVX512 keeps it at 4), so
+// it rounds identically on all three, as does the rank-one update; the products use
+// fused multiply-adds and another summation order, so they agree with Eigen's to
+// rounding.
 
 #pragma once
 
