@@ -553,15 +553,13 @@ def slow_chains(x: np.ndarray, pooled: np.ndarray | None = None) -> list[tuple]:
     whose own bulk ESS is below :data:`SLOW_CHAIN_FRACTION` of the other chains' median
     and below :data:`ESS_PER_CHAIN_MIN`.  One ``(chain, columns, ess, others' median)``
     per slow chain, the columns those where it is slow (indices into ``x``'s)."""
-    import arviz as az
+    from .rank_diagnostics import ess_bulk
 
-    def ess(a):
-        return float(az.ess(np.ascontiguousarray(a), method="bulk"))
-
+    x = np.asarray(x, dtype=float)
     if pooled is None:
-        pooled = np.array([ess(x[:, :, j]) for j in range(x.shape[2])])
+        pooled = ess_bulk(x)
     worst = np.argsort(np.where(np.isnan(pooled), np.inf, pooled), kind="stable")[:_WORST]
-    own = np.array([[ess(x[c, :, j][None, :]) for j in worst]
+    own = np.array([ess_bulk(x[c:c + 1][:, :, worst])
                     for c in range(x.shape[0])])                       # (chains, columns)
     out = []
     for c in range(x.shape[0]):

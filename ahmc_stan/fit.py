@@ -19,9 +19,9 @@ counts of the other kinds of evaluation (:data:`ahmc_stan.costs.COST_STATS`):
 
 Efficiency
 ----------
-``Fit.efficiency()`` computes ESS with ``arviz.ess`` (methods ``"bulk"`` and ``"tail"``) on
-the ``(chain, draw)`` array of every parameters-block column, identically for every
-sampler, and divides the smallest bulk-ESS by the *gradient-equivalents* and the seconds
+``Fit.efficiency()`` computes ESS as ``arviz.ess`` does (methods ``"bulk"`` and ``"tail"``;
+:mod:`.rank_diagnostics` runs ArviZ's estimators on all columns at once) on the
+``(chain, draw)`` array of every parameters-block column, identically for every sampler, and divides the smallest bulk-ESS by the *gradient-equivalents* and the seconds
 spent (sampling only, and warmup + sampling).
 
 Gradient-equivalents: ``n_grad_equiv = Σ_kind cost_units[kind] · n_eval[kind]``, the
@@ -73,29 +73,13 @@ def _arviz():
 
 
 def _diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
-    """ArviZ's diagnostics of every column of a ``(chain, draw, column)`` array.
+    """ArviZ's diagnostics of every column of a ``(chain, draw, column)`` array:
+    ``arviz.ess(values[:, :, j], method=...)``, ``arviz.rhat`` and ``arviz.mcse`` per
+    column, computed for all columns at once (:mod:`.rank_diagnostics`, equal to ArviZ's
+    to rounding)."""
+    from .rank_diagnostics import diagnostics
 
-    One vectorised call per diagnostic on a Dataset with a single ``(chain, draw, column)``
-    variable; the result equals ``arviz.ess(values[:, :, j], method=...)`` per column.
-    """
-    import xarray as xr
-
-    az = _arviz()
-    values = np.asarray(values, dtype=float)
-    n_cols = values.shape[2]
-    if n_cols == 0:
-        empty = np.zeros(0)
-        return {k: empty for k in ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd")}
-    ds = xr.Dataset({"v": (("chain", "draw", "column"), values)})
-    out = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # constant columns give nan
-        out["ess_bulk"] = az.ess(ds, method="bulk")["v"].values
-        out["ess_tail"] = az.ess(ds, method="tail")["v"].values
-        out["r_hat"] = az.rhat(ds)["v"].values
-        out["mcse_mean"] = az.mcse(ds, method="mean")["v"].values
-        out["mcse_sd"] = az.mcse(ds, method="sd")["v"].values
-    return {k: np.asarray(v, dtype=float).reshape(n_cols) for k, v in out.items()}
+    return diagnostics(np.asarray(values, dtype=float))
 
 
 def _as_stats(stats: Mapping[str, Any] | None, shape: tuple[int, int], what: str

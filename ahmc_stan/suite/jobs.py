@@ -11,8 +11,6 @@ constructor arguments and reloads the library from the compile cache.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
-import logging
 import math
 import multiprocessing
 import os
@@ -88,20 +86,6 @@ def _measured(fit: Fit, columns: Sequence[int], chains: slice = slice(None)) -> 
                sampler=fit.sampler)
 
 
-@contextlib.contextmanager
-def _quiet_arviz():
-    from ..fit import _arviz
-
-    # ArviZ's logger is its own instance (``arviz._log``), not ``logging.getLogger("arviz")``
-    logger = getattr(_arviz(), "_log", None) or logging.getLogger("arviz")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _run_fit(job: Job) -> Fit:
     if job.spec.sampler == "nuts":
         from ..nuts import run_nuts
@@ -151,8 +135,7 @@ def run_job(job: Job) -> dict:
             row[f"{stat}_ess_per_grad"] = eff[f"{stat}_ess_bulk"] / grads if grads else math.nan
         row["incomplete"] = fit.incomplete
         for c in range(fit.chains):
-            with _quiet_arviz():  # one chain: ArviZ warns that R-hat needs two
-                e = _measured(fit, job.ess_columns, slice(c, c + 1)).efficiency()
+            e = _measured(fit, job.ess_columns, slice(c, c + 1)).efficiency()
             g = e["n_grad_equiv_sampling"]
             out["chains"].append({
                 "experiment": job.experiment, "sampler": job.spec.label,

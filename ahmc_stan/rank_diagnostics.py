@@ -1,0 +1,281 @@
+"""Rank-normalised split R-hat, bulk and tail ESS and MCSE of many columns at once
+(Vehtari, Gelman, Simpson, Carpenter & Bürkner 2021, *Rank-normalization, folding, and
+localization: an improved R-hat*, Bayesian Analysis 16:667, sections 3–4), computed as
+ArviZ computes them (``arviz.ess`` with ``method="bulk"``, ``"tail"``, ``arviz.rhat``,
+``arviz.mcse`` with ``method="mean"``, ``"sd"``), vectorised over the columns.
+
+ArviZ runs its estimators one column at a time in Python (rank, normal scores, FFT
+autocovariance, Geyer's initial monotone sequence), about 2–3 ms a column; a Fit of a few
+hundred parameters then spends longer in its diagnostics than in its chains.  Here each
+step is one array operation over all columns: the same ranks (scipy's ``rankdata``,
+ties averaged), Blom's normal scores, ArviZ's FFT autocovariance along the draws and
+its quantiles (R's type 7, scipy's ``mquantiles`` formula), and Geyer's truncation
+written over all columns at once.  The truncation of Geyer's initial positive sequence
+(Geyer 1992, as in Stan) stops at the first pair of autocorrelations whose sum is not
+positive; the monotone sequence is then the running minimum of the pair sums.  Results
+equal ArviZ's to rounding (``tests/test_rank_diagnostics.py`` checks them against the
+installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.fftpack import next_fast_len
+from scipy.special import ndtri
+
+__all__ = ["diagnostics", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd",
+           "arviz_diagnostics"]
+
+_BLOM = 3 / 8
+
+
+def _split(x: np.ndarray) -> np.ndarray:
+    """``(k, chain, draw)`` → ``(k, 2·chain, draw // 2)``: each chain's first and last
+    halves (the middle draw of an odd count left out), as ArviZ's ``_split_chains``."""
+    half = x.shape[2] // 2
+    return np.concatenate([x[:, :, :half], x[:, :, x.shape[2] - half:]], axis=1)
+
+
+def _ranks(rows: np.ndarray) -> np.ndarray:
+    """Ranks 1..n along each row, ties given their average (scipy's ``rankdata`` with
+    ``method="average"``; the average does not depend on the order within a tie, so an
+    unstable sort serves)."""
+    k, n = rows.shape
+    order = np.argsort(rows, axis=1)
+    ordered = np.take_along_axis(rows, order, axis=1)
+    sorted_ranks = np.broadcast_to(np.arange(1.0, n + 1.0), (k, n)).copy()
+    tied = ordered[:, 1:] == ordered[:, :-1]
+    for r in np.flatnonzero(tied.any(axis=1)):  # rows with ties: each tie its mean rank
+        starts = np.flatnonzero(np.concatenate([[True], ~tied[r]]))
+        ends = np.concatenate([starts[1:], [n]])  # a tie spans ranks starts+1 .. ends
+        sorted_ranks[r] = np.repeat(0.5 * (starts + 1 + ends), ends - starts)
+    ranks = np.empty((k, n))
+    np.put_along_axis(ranks, order, sorted_ranks, axis=1)
+    return ranks
+
+
+def _z_scale(x: np.ndarray) -> np.ndarray:
+    """Normal scores of the ranks of each column's draws, ties averaged (Blom's offset;
+    ``scipy.stats.norm.ppf`` is ``ndtri``)."""
+    k, size = x.shape[0], x.shape[1] * x.shape[2]
+    rank = _ranks(x.reshape(k, size))
+    return ndtri((rank - _BLOM) / (size - 2 * _BLOM + 1)).reshape(x.shape)
+
+
+def _ess(x: np.ndarray) -> np.ndarray:
+    """ESS of each column of ``(k, chain, draw)`` (Geyer's initial monotone sequence of
+    the chains' averaged autocorrelations; a column that does not vary: its draws)."""
+    x = np.asarray(x, dtype=float)
+    k, n_chain, n_draw = x.shape
+    size = n_chain * n_draw
+    out = np.full(k, np.nan)
+    if k == 0:
+        return out
+    flat = x.reshape(k, size)
+    constant = (flat.max(axis=1) - flat.min(axis=1)) < np.finfo(float).resolution
+    m = next_fast_len(2 * n_draw)
+    chain_mean = x.mean(axis=2)
+    spectrum = np.fft.rfft(x - chain_mean[:, :, None], n=m, axis=2)
+    # The chains' mean autocovariance: the inverse transform of their mean power
+    # spectrum (the transform is linear), one inverse transform per column.
+    power = (spectrum.real ** 2 + spectrum.imag ** 2).mean(axis=1)
+    mean_acov = np.fft.irfft(power, n=m, axis=1)[:, :n_draw] / n_draw  # (k, n_draw)
+    mean_var = mean_acov[:, 0] * n_draw / (n_draw - 1.0)
+    var_plus = mean_var * (n_draw - 1.0) / n_draw
+    if n_chain > 1:
+        var_plus = var_plus + np.var(chain_mean, axis=1, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = 1.0 - (mean_var[:, None] - mean_acov) / var_plus[:, None]
+    rho[:, 0] = 1.0
+    # Pairs j = 0, 1, ...: rho[2j] + rho[2j+1]; pair j >= 1 is looked at while pair
+    # j - 1's sum is > 0 and 2j - 1 < n_draw - 3.  J: the first pair not looked at.
+    n_pairs = max((n_draw - 3) // 2 + 1, 1)  # j = 1 .. n_pairs - 1 within the bound
+    pairs = rho[:, 0:2 * n_pairs:2] + rho[:, 1:2 * n_pairs:2]  # (k, n_pairs)
+    goes_on = pairs[:, :n_pairs - 1] > 0.0 if n_pairs > 1 else np.zeros((k, 0), bool)
+    goes_on = goes_on & (2 * np.arange(1, n_pairs) - 1 < n_draw - 3)
+    stops = np.concatenate([~goes_on, np.ones((k, 1), bool)], axis=1)
+    J = np.argmax(stops, axis=1) + 1  # pairs 1 .. J-1 were looked at
+    rows = np.arange(k)
+    last = J - 1  # the last pair looked at (0: none)
+    last_sum = pairs[rows, last]
+    last_even = np.where(J > 1, rho[rows, 2 * last], 1.0)
+    # Pairs 1 .. J-2 all had positive sums: kept, then made monotone (running minimum,
+    # starting from pair 0).  Pair J-1's even term is kept if its pair sum is >= 0 or
+    # the term itself is > 0 ("improve estimation"); its odd term is beyond max_t.
+    monotone = np.minimum.accumulate(pairs, axis=1)
+    cols = np.arange(n_pairs)
+    body = np.where(cols[None, :] <= (J - 2)[:, None], monotone, 0.0).sum(axis=1)
+    keep_even = (J > 1) & ((last_sum >= 0.0) | (last_even > 0.0)) | (J == 1)
+    extra = np.where(keep_even, last_even, 0.0)
+    tau = -1.0 + 2.0 * body + extra
+    tau = np.maximum(tau, 1 / np.log10(size))
+    ess = size / tau
+    # ArviZ returns nan when a kept autocorrelation is nan.
+    kept_nan = (np.isnan(monotone) & (cols[None, :] <= (J - 2)[:, None])).any(axis=1)
+    kept_nan |= np.isnan(rho[:, 1]) | (keep_even & np.isnan(last_even))
+    ess = np.where(kept_nan, np.nan, ess)
+    out[:] = np.where(constant, float(size), ess)
+    return out
+
+
+def _valid(x: np.ndarray, min_chains: int) -> np.ndarray:
+    """Columns ArviZ computes: no nan, at least 4 draws and ``min_chains`` chains."""
+    ok = ~np.isnan(x).any(axis=(1, 2))
+    if x.shape[2] < 4 or x.shape[1] < min_chains:
+        ok[:] = False
+    return ok
+
+
+def _rhat_plain(x: np.ndarray) -> np.ndarray:
+    """Gelman–Rubin R-hat of each column of ``(k, chain, draw)``."""
+    n = x.shape[2]
+    chain_mean = x.mean(axis=2)
+    between = n * np.var(chain_mean, axis=1, ddof=1)
+    within = np.var(x, axis=2, ddof=1).mean(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt((between / within + n - 1) / n)
+
+
+def _by_column(values: np.ndarray) -> np.ndarray:
+    """``(chain, draw, k)`` → ``(k, chain, draw)`` as floats."""
+    return np.ascontiguousarray(np.moveaxis(np.asarray(values, dtype=float), 2, 0))
+
+
+def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
+    ok = _valid(x, min_chains)
+    out = np.full(x.shape[0], np.nan)
+    if ok.any():
+        out[ok] = compute(x[ok])
+    return out
+
+
+def _bulk(x):
+    return _ess(_z_scale(_split(x)))
+
+
+def _quantile_ess(x: np.ndarray, prob: float, ordered: np.ndarray) -> np.ndarray:
+    """ESS of the indicator ``x <= q_prob`` (q: R's type-7 quantile, ``mquantiles``)."""
+    n = ordered.shape[1]
+    p = np.atleast_1d(np.asarray(prob, dtype=float))
+    m = 1.0 + p * (1.0 - 1.0 - 1.0)  # alphap = betap = 1
+    aleph = n * p + m
+    kk = np.floor(aleph.clip(1, n - 1)).astype(int)
+    gamma = (aleph - kk).clip(0, 1)
+    q = (1.0 - gamma) * ordered[:, kk[0] - 1] + gamma * ordered[:, kk[0]]
+    return _ess(_split((x <= q[:, None, None]).astype(float)))
+
+
+def _tail(x):
+    ordered = np.sort(x.reshape(x.shape[0], -1), axis=1)
+    low, high = _quantile_ess(x, 0.05, ordered), _quantile_ess(x, 0.95, ordered)
+    return np.where(high < low, high, low)  # Python's min(low, high), nan as ArviZ
+
+
+def _rhat_rank(x):
+    split = _split(x)
+    bulk = _rhat_plain(_z_scale(split))
+    flat = split.reshape(split.shape[0], -1)
+    folded = np.abs(split - np.median(flat, axis=1)[:, None, None])
+    tail = _rhat_plain(_z_scale(folded))
+    return np.where(tail > bulk, tail, bulk)  # Python's max(bulk, tail), nan as ArviZ
+
+
+def _mcse_mean(x):
+    sd = np.std(x.reshape(x.shape[0], -1), axis=1, ddof=1)
+    return sd / np.sqrt(_ess(_split(x)))
+
+
+def _mcse_sd(x):
+    flat = x.reshape(x.shape[0], -1)
+    sims_c2 = (x - flat.mean(axis=1)[:, None, None]) ** 2
+    ess = _ess(_split(sims_c2))
+    c2 = sims_c2.reshape(x.shape[0], -1)
+    evar = c2.mean(axis=1)
+    varvar = ((c2 ** 2).mean(axis=1) - evar ** 2) / ess
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(varvar / evar / 4)
+
+
+def ess_bulk(values: np.ndarray) -> np.ndarray:
+    """``arviz.ess(values[:, :, j], method="bulk")`` for every column j of a
+    ``(chain, draw, column)`` array."""
+    return _masked(_by_column(values), 1, _bulk)
+
+
+def ess_tail(values: np.ndarray) -> np.ndarray:
+    """``arviz.ess(..., method="tail")`` (the 5 % and 95 % quantiles) per column."""
+    return _masked(_by_column(values), 1, _tail)
+
+
+def rhat(values: np.ndarray) -> np.ndarray:
+    """``arviz.rhat`` (rank-normalised split R-hat, the larger of bulk and folded)."""
+    return _masked(_by_column(values), 2, _rhat_rank)
+
+
+def mcse_mean(values: np.ndarray) -> np.ndarray:
+    """``arviz.mcse(..., method="mean")`` per column."""
+    return _masked(_by_column(values), 1, _mcse_mean)
+
+
+def mcse_sd(values: np.ndarray) -> np.ndarray:
+    """``arviz.mcse(..., method="sd")`` per column."""
+    return _masked(_by_column(values), 1, _mcse_sd)
+
+
+#: Columns per block in :func:`diagnostics`: a block's temporaries stay in the caches
+#: (blocks of 16–64 columns of 4 × 1000 draws run twice as fast as 1000 columns at once).
+BLOCK = 32
+
+
+def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
+    """All five of a ``(chain, draw, column)`` array: ``ess_bulk``, ``ess_tail``,
+    ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split and the normal scores shared),
+    :data:`BLOCK` columns at a time."""
+    values = np.asarray(values, dtype=float)
+    blocks = [_diagnostics_block(_by_column(values[:, :, s:s + BLOCK]))
+              for s in range(0, values.shape[2], BLOCK)] or [_diagnostics_block(
+                  np.zeros((0,) + values.shape[:2]))]
+    return {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
+
+
+def _diagnostics_block(x: np.ndarray) -> dict[str, np.ndarray]:
+    out = {}
+    ok1, ok2 = _valid(x, 1), _valid(x, 2)
+    for key in ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd"):
+        out[key] = np.full(x.shape[0], np.nan)
+    if ok1.any():
+        y = x[ok1]
+        split = _split(y)
+        z = _z_scale(split)
+        out["ess_bulk"][ok1] = _ess(z)
+        out["ess_tail"][ok1] = _tail(y)
+        out["mcse_mean"][ok1] = _mcse_mean(y)
+        out["mcse_sd"][ok1] = _mcse_sd(y)
+        if ok2.any():
+            both = ok2[ok1]
+            flat = split[both].reshape(int(both.sum()), -1)
+            folded = np.abs(split[both] - np.median(flat, axis=1)[:, None, None])
+            bulk, tail = _rhat_plain(z[both]), _rhat_plain(_z_scale(folded))
+            out["r_hat"][ok2] = np.where(tail > bulk, tail, bulk)
+    return out
+
+
+def arviz_diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
+    """The same five by ArviZ itself, one column at a time (its ufunc over a Dataset of
+    one ``(chain, draw, column)`` variable): the reference that the tests and
+    ``benchmarks/bench_diagnostics.py`` compare :func:`diagnostics` with."""
+    import warnings
+
+    import xarray as xr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's import-time notice; nan columns
+        import arviz as az
+
+        values = np.asarray(values, dtype=float)
+        ds = xr.Dataset({"v": (("chain", "draw", "column"), values)})
+        out = {"ess_bulk": az.ess(ds, method="bulk"), "ess_tail": az.ess(ds, method="tail"),
+               "r_hat": az.rhat(ds), "mcse_mean": az.mcse(ds, method="mean"),
+               "mcse_sd": az.mcse(ds, method="sd")}
+    return {k: np.asarray(v["v"].values, dtype=float).reshape(values.shape[2])
+            for k, v in out.items()}

@@ -1,0 +1,147 @@
+"""The Fit's convergence diagnostics, vectorised against ArviZ, alone and in a user's run:
+
+    python benchmarks/bench_diagnostics.py [--models std10,pima,neal100,gp51]
+        [--columns 10,100,1000] [--repeats 3] [--seed 1]
+
+1. **Alone**: ``rank_diagnostics.diagnostics`` (bulk and tail ESS, rank-normalised
+   R-hat, MCSE of mean and sd, every column at once) against ``arviz_diagnostics``
+   (ArviZ's own functions, one column at a time) on the same AR(1) draws, 4 chains ×
+   1000, at each number of columns: seconds of each (ArviZ warm, after one call) and the
+   largest relative difference.
+2. **A new user's first run**: in a fresh Python process per run, ``import ahmc_stan``,
+   the (cached) model, then ``tune_and_sample(model, seed=...)`` with its defaults.
+   Reported: that call's wall time, the chains' own seconds (warmup + sampling, summed
+   over chains), and the wall time of the whole process from the import on.  Each run
+   is done twice, alternately, once as shipped and once with the Fit's diagnostics
+   computed by ArviZ as before (``ahmc_stan.fit._diagnostics`` replaced by
+   ``arviz_diagnostics`` in that process), ``--repeats`` times.
+
+Writes ``benchmarks/results/bench_diagnostics.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ahmc_stan.comparison import to_markdown  # noqa: E402
+from ahmc_stan.rank_diagnostics import arviz_diagnostics, diagnostics  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: Run in a fresh process: argv = model name, seed, "vectorised" or "arviz".
+CHILD = r"""
+import json, sys, time, warnings
+start = time.perf_counter()
+sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+import ahmc_stan
+if sys.argv[3] == "arviz":
+    import ahmc_stan.fit
+    from ahmc_stan.rank_diagnostics import arviz_diagnostics
+    ahmc_stan.fit._diagnostics = arviz_diagnostics
+from bench_samplers import load
+model = load(sys.argv[1])
+t = time.perf_counter()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    fit = ahmc_stan.tune_and_sample(model, seed=int(sys.argv[2]), progress=False)
+end = time.perf_counter()
+print(json.dumps({{"call_s": end - t, "process_s": end - start,
+                  "chain_s": float(fit.time_warmup + fit.time_sampling),
+                  "min_ess_bulk": float(fit.efficiency()["min_ess_bulk"]),
+                  "draws_sum": float(fit.draws.sum()),
+                  "params": int(fit.n_params)}}))
+"""
+
+
+def ar1_draws(rng, chains: int, draws: int, columns: int) -> np.ndarray:
+    x = rng.standard_normal((chains, draws, columns))
+    phi = rng.uniform(-0.5, 0.95, size=columns)
+    for t in range(1, draws):
+        x[:, t] = phi * x[:, t - 1] + np.sqrt(1 - phi ** 2) * x[:, t]
+    return x
+
+
+def alone(columns: list[int], seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    arviz_diagnostics(ar1_draws(rng, 4, 100, 2))  # ArviZ's import and first call
+    for k in columns:
+        x = ar1_draws(rng, 4, 1000, k)
+        t0 = time.perf_counter()
+        ref = arviz_diagnostics(x)
+        t1 = time.perf_counter()
+        new = diagnostics(x)
+        t2 = time.perf_counter()
+        diff = max(float(np.nanmax(np.abs(new[key] - ref[key]) / np.abs(ref[key])))
+                   for key in ref)
+        rows.append({"columns": k, "arviz_s": t1 - t0, "vectorised_s": t2 - t1,
+                     "speed-up": (t1 - t0) / (t2 - t1), "max rel. difference": diff})
+    return rows
+
+
+def user_run(model: str, seed: int, how: str) -> dict:
+    code = CHILD.format(root=str(ROOT), bench=str(ROOT / "benchmarks"))
+    out = subprocess.run([sys.executable, "-c", code, model, str(seed), how],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="std10,pima,neal100,gp51")
+    ap.add_argument("--columns", default="10,100,1000")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    first = alone([int(c) for c in args.columns.split(",")], args.seed)
+    print(to_markdown(pd.DataFrame(first)))
+    runs = []
+    for model in args.models.split(","):
+        for r in range(args.repeats):
+            for how in ("vectorised", "arviz") if r % 2 == 0 else ("arviz", "vectorised"):
+                row = {"model": model, "repeat": r + 1, "diagnostics": how,
+                       **user_run(model, args.seed, how)}
+                print(row, flush=True)
+                runs.append(row)
+    summary = []
+    for model in args.models.split(","):
+        mine = {how: [r for r in runs if r["model"] == model and r["diagnostics"] == how]
+                for how in ("vectorised", "arviz")}
+        med = {how: {k: float(np.median([r[k] for r in rs]))
+                     for k in ("call_s", "process_s", "chain_s")} for how, rs in mine.items()}
+        summary.append({"model": model, "parameters": mine["vectorised"][0]["params"],
+                        "call s (vectorised)": med["vectorised"]["call_s"],
+                        "call s (ArviZ)": med["arviz"]["call_s"],
+                        "process s (vectorised)": med["vectorised"]["process_s"],
+                        "process s (ArviZ)": med["arviz"]["process_s"],
+                        "chains' own s": med["vectorised"]["chain_s"],
+                        "same draws": all(a["draws_sum"] == b["draws_sum"] for a, b in
+                                          zip(mine["vectorised"], mine["arviz"]))})
+    print(to_markdown(pd.DataFrame(summary)))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "bench_diagnostics"
+    out.with_suffix(".json").write_text(json.dumps({"alone": first, "runs": runs,
+                                                    "summary": summary}, indent=1))
+    command = "python benchmarks/bench_diagnostics.py " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    out.with_suffix(".md").write_text(
+        "# The Fit's diagnostics vectorised, against ArviZ\n\n"
+        f"`{command.strip()}`, {time.strftime('%Y-%m-%d')}\n\n"
+        "## The five diagnostics alone (4 chains × 1000 AR(1) draws)\n\n"
+        + to_markdown(pd.DataFrame(first)) + "\n\n## A new user's first run, medians (fresh process each)\n\n"
+        + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n" + to_markdown(pd.DataFrame(runs)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The vectorised diagnostics equal ArviZ's, column by column, to rounding."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ahmc_stan import rank_diagnostics as rd
+
+
+def awkward_draws(rng, chains: int, draws: int) -> np.ndarray:
+    """Columns that exercise every branch: AR(1) from antithetic to sticky, ties, heavy
+    tails, a constant, a nan, a stray chain, binary, rare events, long blocks."""
+    k = 14
+    x = rng.standard_normal((chains, draws, k))
+    phi = np.linspace(-0.9, 0.995, k)
+    for t in range(1, draws):
+        x[:, t] = phi * x[:, t - 1] + np.sqrt(1 - phi ** 2) * x[:, t]
+    x[..., 0] = np.round(x[..., 0])
+    x[..., 1] = rng.standard_cauchy((chains, draws))
+    x[..., 2] = 3.0
+    x[-1, draws // 2, 3] = np.nan
+    x[0, :, 4] += 2.0
+    x[..., 5] = rng.integers(0, 2, (chains, draws))
+    x[..., 6] = (rng.uniform(size=(chains, draws)) < 0.02).astype(float)
+    x[..., 7] = np.repeat(rng.standard_normal((chains, draws // 50 + 1)), 50, axis=1)[:, :draws]
+    x[..., 8] = 1e-300 * x[..., 8]
+    return x
+
+
+@pytest.mark.parametrize("chains,draws", [(4, 1000), (1, 1000), (3, 101), (4, 7), (2, 4),
+                                          (4, 3), (8, 2001), (2, 5)])
+def test_every_diagnostic_equals_arviz(chains, draws):
+    x = awkward_draws(np.random.default_rng(chains * 10_000 + draws), chains, draws)
+    ref = rd.arviz_diagnostics(x)
+    new = rd.diagnostics(x)
+    assert set(new) == set(ref)
+    for key in ref:
+        np.testing.assert_allclose(new[key], ref[key], rtol=1e-12, atol=0,
+                                   equal_nan=True, err_msg=key)
+
+
+def test_each_function_equals_its_entry_of_diagnostics():
+    x = awkward_draws(np.random.default_rng(5), 4, 300)
+    both = rd.diagnostics(x)
+    for key, f in [("ess_bulk", rd.ess_bulk), ("ess_tail", rd.ess_tail), ("r_hat", rd.rhat),
+                   ("mcse_mean", rd.mcse_mean), ("mcse_sd", rd.mcse_sd)]:
+        np.testing.assert_array_equal(f(x), both[key], err_msg=key)
+
+
+def test_ranks_equal_scipys_with_ties():
+    rng = np.random.default_rng(3)
+    rows = np.round(rng.standard_normal((6, 500)), 1)
+    rows[2] = 7.0
+    rows[3] = rng.standard_normal(500)
+    for r in range(6):
+        np.testing.assert_array_equal(rd._ranks(rows)[r],
+                                      stats.rankdata(rows[r], method="average"))
+
+
+def test_no_columns():
+    out = rd.diagnostics(np.zeros((4, 100, 0)))
+    assert all(v.shape == (0,) for v in out.values())
