@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 __all__ = ["autocorrelation", "integrated_autocorr_time", "effective_sample_size",
            "SpectralFit", "spectral_fit", "spectral_template", "talk_criteria"]
@@ -128,6 +127,8 @@ def spectral_fit(x, sigma0: float | None = None, max_refits: int = 3) -> Spectra
     log_p = np.log(np.maximum(power, 1e-300)).mean(axis=0) + EULER_GAMMA
     kappa = 2 * np.pi * j / n
     log_kappa = np.log(kappa)
+
+    from scipy import optimize  # here: it takes ~0.15 s to import
 
     def fit(m):  # least squares on the lowest m frequencies; θ = (ln P₀, ln κ*, α)
         lk, y = log_kappa[:m], log_p[:m]

@@ -60,3 +60,27 @@ def test_ranks_equal_scipys_with_ties():
 def test_no_columns():
     out = rd.diagnostics(np.zeros((4, 100, 0)))
     assert all(v.shape == (0,) for v in out.values())
+
+
+def test_a_default_run_imports_neither_arviz_nor_scipy_optimize():
+    """Both take most of a small model's first run (0.8 s and 0.15 s to import); a
+    run's diagnostics need neither."""
+    import subprocess
+    import sys
+
+    from tests.conftest import stan_model_path
+
+    script = f"""
+import sys, warnings
+import ahmc_stan
+model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 3}})
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    fit = ahmc_stan.tune_and_sample(model, chains=2, warmup=200, draws=200, seed=1,
+                                    progress=False)
+fit.summary(); fit.diagnose(); fit.efficiency()
+print(sorted(m for m in ("arviz", "xarray", "scipy.optimize") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
