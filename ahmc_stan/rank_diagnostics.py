@@ -20,13 +20,28 @@ installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
 from __future__ import annotations
 
 import numpy as np
-from scipy.fftpack import next_fast_len
 from scipy.special import ndtri
 
 __all__ = ["diagnostics", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd",
            "arviz_diagnostics"]
 
 _BLOM = 3 / 8
+
+
+def next_fast_len(target: int) -> int:
+    """The smallest 2^a 3^b 5^c ≥ ``target`` (``scipy.fftpack.next_fast_len``, the FFT
+    length ArviZ pads to; here to spare importing scipy.fft)."""
+    if target <= 6:
+        return max(int(target), 1)
+    best, p5 = 2 ** int(target - 1).bit_length(), 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            p2 = p35 << max(0, (-(-target // p35) - 1).bit_length())  # p35·2^k ≥ target
+            best = min(best, p2)
+            p35 *= 3
+        p5 *= 5
+    return best
 
 
 def _split(x: np.ndarray) -> np.ndarray:
