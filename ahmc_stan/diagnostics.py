@@ -128,7 +128,7 @@ def spectral_fit(x, sigma0: float | None = None, max_refits: int = 3) -> Spectra
     kappa = 2 * np.pi * j / n
     log_kappa = np.log(kappa)
 
-    from scipy import optimize  # here: it takes ~0.15 s to import
+    from scipy import optimize  # here, not at import: it is slow to import
 
     def fit(m):  # least squares on the lowest m frequencies; θ = (ln P₀, ln κ*, α)
         lk, y = log_kappa[:m], log_p[:m]

@@ -19,9 +19,10 @@ counts of the other kinds of evaluation (:data:`ahmc_stan.costs.COST_STATS`):
 
 Efficiency
 ----------
-``Fit.efficiency()`` computes ESS as ``arviz.ess`` does (methods ``"bulk"`` and ``"tail"``;
-:mod:`.rank_diagnostics` runs ArviZ's estimators on all columns at once) on the
-``(chain, draw)`` array of every parameters-block column, identically for every sampler, and divides the smallest bulk-ESS by the *gradient-equivalents* and the seconds
+``Fit.efficiency()`` computes ESS as ``arviz.ess`` does (methods ``"bulk"`` and
+``"tail"``; :mod:`.rank_diagnostics` runs ArviZ's estimators on all columns at once) on
+the ``(chain, draw)`` array of every parameters-block column, identically for every
+sampler, and divides the smallest bulk-ESS by the *gradient-equivalents* and the seconds
 spent (sampling only, and warmup + sampling).
 
 Gradient-equivalents: ``n_grad_equiv = Σ_kind cost_units[kind] · n_eval[kind]``, the

@@ -5,8 +5,9 @@ ArviZ computes them (``arviz.ess`` with ``method="bulk"``, ``"tail"``, ``arviz.r
 ``arviz.mcse`` with ``method="mean"``, ``"sd"``), vectorised over the columns.
 
 ArviZ runs its estimators one column at a time in Python (rank, normal scores, FFT
-autocovariance, Geyer's initial monotone sequence), about 2–3 ms a column; a Fit of a few
-hundred parameters then spends longer in its diagnostics than in its chains.  Here each
+autocovariance, Geyer's initial monotone sequence), so that on models with many
+parameters and cheap gradients a run spent longer in its diagnostics than in its chains
+(``benchmarks/bench_diagnostics.py`` measures both).  Here each
 step is one array operation over all columns: the same ranks (scipy's ``rankdata``,
 ties averaged), Blom's normal scores, ArviZ's FFT autocovariance along the draws and
 its quantiles (R's type 7, scipy's ``mquantiles`` formula), and Geyer's truncation
@@ -237,8 +238,8 @@ def mcse_sd(values: np.ndarray) -> np.ndarray:
     return _masked(_by_column(values), 1, _mcse_sd)
 
 
-#: Columns per block in :func:`diagnostics`: a block's temporaries stay in the caches
-#: (blocks of 16–64 columns of 4 × 1000 draws run twice as fast as 1000 columns at once).
+#: Columns per block in :func:`diagnostics`, so that a block's temporaries stay in the
+#: caches (measured faster than all columns at once from a few hundred columns on).
 BLOCK = 32
 
 

@@ -139,8 +139,10 @@ def main(argv=None) -> None:
         "# The Fit's diagnostics vectorised, against ArviZ\n\n"
         f"`{command.strip()}`, {time.strftime('%Y-%m-%d')}\n\n"
         "## The five diagnostics alone (4 chains × 1000 AR(1) draws)\n\n"
-        + to_markdown(pd.DataFrame(first)) + "\n\n## A new user's first run, medians (fresh process each)\n\n"
-        + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n" + to_markdown(pd.DataFrame(runs)) + "\n")
+        + to_markdown(pd.DataFrame(first))
+        + "\n\n## A new user's first run, medians (fresh process each)\n\n"
+        + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n"
+        + to_markdown(pd.DataFrame(runs)) + "\n")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,8 @@ def test_no_columns():
 
 
 def test_a_default_run_imports_neither_arviz_nor_scipy_optimize_nor_fft():
-    """They took most of a small model's first run (0.8 s, 0.15 s and 0.01 s to import); a
-    run's diagnostics need neither."""
+    """Importing them took most of a small model's first run; a run's diagnostics need
+    none of them."""
     import subprocess
     import sys
 

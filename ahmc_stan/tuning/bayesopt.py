@@ -139,7 +139,7 @@ def maximize_direct(acq: Acquisition, box: Box, maxfun: int = 2000, **kwargs: An
             val = float(np.asarray(acq(np.array([snapped(u)]))).ravel()[0])
         return -val if math.isfinite(val) else math.inf
 
-    from scipy.optimize import direct  # here: scipy.optimize takes ~0.15 s to import
+    from scipy.optimize import direct  # here, not at import: scipy.optimize is slow to import
 
     res = direct(neg, [(0.0, 1.0)] * box.ndim, maxfun=maxfun, **kwargs)
     return box.unit_to_box(res.x)
