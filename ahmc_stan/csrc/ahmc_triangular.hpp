@@ -128,10 +128,9 @@ __attribute__((target("avx2"))) inline void rmsprop_row_avx2(long len, const dou
   }
 }
 
-// The same 8 wide with a masked tail (a row of L is mostly shorter than a few vectors; the
-// divider's throughput at 512 bits is what the warmup iteration waits on).  The multiplies
-// and adds take explicit rounding (_round intrinsics) so that no compiler fuses them: the
-// roundings stay those of the loops above.
+// The same 8 wide with a masked tail (a row of L is mostly shorter than a few vectors).
+// The multiplies and adds take explicit rounding (_round intrinsics) so that no compiler
+// fuses them: the roundings stay those of the loops above.
 #define AHMC_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 // The lanes of `m` of one vector: G = 0.9 G + 0.1 g^2, L += g / (sqrt(G) + 1) * rate.
 __attribute__((target("avx512f"))) inline void rmsprop_lanes_avx512(__mmask8 m, __m512d gj,
