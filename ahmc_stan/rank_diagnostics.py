@@ -100,8 +100,7 @@ def _ess(x: np.ndarray) -> np.ndarray:
     var_plus = mean_var * (n_draw - 1.0) / n_draw
     if n_chain > 1:
         var_plus = var_plus + np.var(chain_mean, axis=1, ddof=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = 1.0 - (mean_var[:, None] - mean_acov) / var_plus[:, None]
+    rho = 1.0 - (mean_var[:, None] - mean_acov) / var_plus[:, None]
     rho[:, 0] = 1.0
     # Pairs j = 0, 1, ...: rho[2j] + rho[2j+1]; pair j >= 1 is looked at while pair
     # j - 1's sum is > 0 and 2j - 1 < n_draw - 3.  J: the first pair not looked at.
@@ -148,8 +147,7 @@ def _rhat_plain(x: np.ndarray) -> np.ndarray:
     chain_mean = x.mean(axis=2)
     between = n * np.var(chain_mean, axis=1, ddof=1)
     within = np.var(x, axis=2, ddof=1).mean(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.sqrt((between / within + n - 1) / n)
+    return np.sqrt((between / within + n - 1) / n)
 
 
 def _by_column(values: np.ndarray) -> np.ndarray:
@@ -161,7 +159,8 @@ def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
     ok = _valid(x, min_chains)
     out = np.full(x.shape[0], np.nan)
     if ok.any():
-        out[ok] = compute(x[ok])
+        with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
+            out[ok] = compute(x[ok])
     return out
 
 
@@ -208,8 +207,7 @@ def _mcse_sd(x):
     c2 = sims_c2.reshape(x.shape[0], -1)
     evar = c2.mean(axis=1)
     varvar = ((c2 ** 2).mean(axis=1) - evar ** 2) / ess
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.sqrt(varvar / evar / 4)
+    return np.sqrt(varvar / evar / 4)
 
 
 def ess_bulk(values: np.ndarray) -> np.ndarray:
@@ -246,11 +244,12 @@ BLOCK = 32
 def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
     """All five of a ``(chain, draw, column)`` array: ``ess_bulk``, ``ess_tail``,
     ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split and the normal scores shared),
-    :data:`BLOCK` columns at a time."""
+    :data:`BLOCK` columns at a time; nan where ArviZ gives nan, without warnings."""
     values = np.asarray(values, dtype=float)
-    blocks = [_diagnostics_block(_by_column(values[:, :, s:s + BLOCK]))
-              for s in range(0, values.shape[2], BLOCK)] or [_diagnostics_block(
-                  np.zeros((0,) + values.shape[:2]))]
+    with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
+        blocks = [_diagnostics_block(_by_column(values[:, :, s:s + BLOCK]))
+                  for s in range(0, values.shape[2], BLOCK)] or [_diagnostics_block(
+                      np.zeros((0,) + values.shape[:2]))]
     return {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
 
 

@@ -9,7 +9,8 @@ from ahmc_stan import rank_diagnostics as rd
 
 def awkward_draws(rng, chains: int, draws: int) -> np.ndarray:
     """Columns that exercise every branch: AR(1) from antithetic to sticky, ties, heavy
-    tails, a constant, a nan, a stray chain, binary, rare events, long blocks."""
+    tails, a constant, a nan, a stray chain, binary, rare events, long blocks, tiny
+    values, an infinite draw, an infinite column."""
     k = 14
     x = rng.standard_normal((chains, draws, k))
     phi = np.linspace(-0.9, 0.995, k)
@@ -24,6 +25,8 @@ def awkward_draws(rng, chains: int, draws: int) -> np.ndarray:
     x[..., 6] = (rng.uniform(size=(chains, draws)) < 0.02).astype(float)
     x[..., 7] = np.repeat(rng.standard_normal((chains, draws // 50 + 1)), 50, axis=1)[:, :draws]
     x[..., 8] = 1e-300 * x[..., 8]
+    x[0, draws // 3, 9] = np.inf
+    x[..., 10] = np.inf
     return x
 
 
