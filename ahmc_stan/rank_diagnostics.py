@@ -94,7 +94,7 @@ def _ess(x: np.ndarray) -> np.ndarray:
     spectrum = np.fft.rfft(x - chain_mean[:, :, None], n=m, axis=2)
     # The chains' mean autocovariance: the inverse transform of their mean power
     # spectrum (the transform is linear), one inverse transform per column.
-    power = (spectrum.real ** 2 + spectrum.imag ** 2).mean(axis=1)
+    power = (np.abs(spectrum) ** 2).mean(axis=1)  # contiguous, unlike .real and .imag
     mean_acov = np.fft.irfft(power, n=m, axis=1)[:, :n_draw] / n_draw  # (k, n_draw)
     mean_var = mean_acov[:, 0] * n_draw / (n_draw - 1.0)
     var_plus = mean_var * (n_draw - 1.0) / n_draw
