@@ -80,7 +80,7 @@ def _diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
     to rounding)."""
     from .rank_diagnostics import diagnostics
 
-    return diagnostics(np.asarray(values, dtype=float))
+    return diagnostics(values)
 
 
 def _as_stats(stats: Mapping[str, Any] | None, shape: tuple[int, int], what: str

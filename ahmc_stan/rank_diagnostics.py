@@ -27,6 +27,7 @@ __all__ = ["diagnostics", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd"
            "arviz_diagnostics"]
 
 _BLOM = 3 / 8
+KEYS = ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd")
 
 
 def next_fast_len(target: int) -> int:
@@ -84,9 +85,8 @@ def _ess(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     k, n_chain, n_draw = x.shape
     size = n_chain * n_draw
-    out = np.full(k, np.nan)
     if k == 0:
-        return out
+        return np.zeros(0)
     flat = x.reshape(k, size)
     constant = (flat.max(axis=1) - flat.min(axis=1)) < np.finfo(float).resolution
     m = next_fast_len(2 * n_draw)
@@ -128,9 +128,7 @@ def _ess(x: np.ndarray) -> np.ndarray:
     # ArviZ returns nan when a kept autocorrelation is nan.
     kept_nan = (np.isnan(monotone) & (cols[None, :] <= (J - 2)[:, None])).any(axis=1)
     kept_nan |= np.isnan(rho[:, 1]) | (keep_even & np.isnan(last_even))
-    ess = np.where(kept_nan, np.nan, ess)
-    out[:] = np.where(constant, float(size), ess)
-    return out
+    return np.where(constant, float(size), np.where(kept_nan, np.nan, ess))
 
 
 def _valid(x: np.ndarray, min_chains: int) -> np.ndarray:
@@ -164,19 +162,14 @@ def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
     return out
 
 
-def _bulk(x):
-    return _ess(_z_scale(_split(x)))
-
-
 def _quantile_ess(x: np.ndarray, prob: float, ordered: np.ndarray) -> np.ndarray:
-    """ESS of the indicator ``x <= q_prob`` (q: R's type-7 quantile, ``mquantiles``)."""
+    """ESS of the indicator ``x <= q_prob`` (q: R's type-7 quantile, in the arithmetic of
+    scipy's ``mquantiles`` with ``alphap = betap = 1``)."""
     n = ordered.shape[1]
-    p = np.atleast_1d(np.asarray(prob, dtype=float))
-    m = 1.0 + p * (1.0 - 1.0 - 1.0)  # alphap = betap = 1
-    aleph = n * p + m
-    kk = np.floor(aleph.clip(1, n - 1)).astype(int)
-    gamma = (aleph - kk).clip(0, 1)
-    q = (1.0 - gamma) * ordered[:, kk[0] - 1] + gamma * ordered[:, kk[0]]
+    aleph = n * prob + (1.0 - prob)
+    k = int(np.floor(min(max(aleph, 1), n - 1)))
+    gamma = min(max(aleph - k, 0.0), 1.0)
+    q = (1.0 - gamma) * ordered[:, k - 1] + gamma * ordered[:, k]
     return _ess(_split((x <= q[:, None, None]).astype(float)))
 
 
@@ -186,13 +179,18 @@ def _tail(x):
     return np.where(high < low, high, low)  # Python's min(low, high), nan as ArviZ
 
 
-def _rhat_rank(x):
-    split = _split(x)
-    bulk = _rhat_plain(_z_scale(split))
+def _rhat_rank(split: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """The larger of the split R-hats of the normal scores ``z`` of the split draws and of
+    the folded split draws (|x − median|)."""
     flat = split.reshape(split.shape[0], -1)
     folded = np.abs(split - np.median(flat, axis=1)[:, None, None])
-    tail = _rhat_plain(_z_scale(folded))
+    bulk, tail = _rhat_plain(z), _rhat_plain(_z_scale(folded))
     return np.where(tail > bulk, tail, bulk)  # Python's max(bulk, tail), nan as ArviZ
+
+
+def _split_and_scores(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    split = _split(x)
+    return split, _z_scale(split)
 
 
 def _mcse_mean(x):
@@ -213,7 +211,7 @@ def _mcse_sd(x):
 def ess_bulk(values: np.ndarray) -> np.ndarray:
     """``arviz.ess(values[:, :, j], method="bulk")`` for every column j of a
     ``(chain, draw, column)`` array."""
-    return _masked(_by_column(values), 1, _bulk)
+    return _masked(_by_column(values), 1, lambda x: _ess(_split_and_scores(x)[1]))
 
 
 def ess_tail(values: np.ndarray) -> np.ndarray:
@@ -223,7 +221,7 @@ def ess_tail(values: np.ndarray) -> np.ndarray:
 
 def rhat(values: np.ndarray) -> np.ndarray:
     """``arviz.rhat`` (rank-normalised split R-hat, the larger of bulk and folded)."""
-    return _masked(_by_column(values), 2, _rhat_rank)
+    return _masked(_by_column(values), 2, lambda x: _rhat_rank(*_split_and_scores(x)))
 
 
 def mcse_mean(values: np.ndarray) -> np.ndarray:
@@ -248,30 +246,22 @@ def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
     values = np.asarray(values, dtype=float)
     with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
         blocks = [_diagnostics_block(_by_column(values[:, :, s:s + BLOCK]))
-                  for s in range(0, values.shape[2], BLOCK)] or [_diagnostics_block(
-                      np.zeros((0,) + values.shape[:2]))]
-    return {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
+                  for s in range(0, values.shape[2], BLOCK)]
+    return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in KEYS}
 
 
 def _diagnostics_block(x: np.ndarray) -> dict[str, np.ndarray]:
-    out = {}
-    ok1, ok2 = _valid(x, 1), _valid(x, 2)
-    for key in ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd"):
-        out[key] = np.full(x.shape[0], np.nan)
-    if ok1.any():
-        y = x[ok1]
-        split = _split(y)
-        z = _z_scale(split)
-        out["ess_bulk"][ok1] = _ess(z)
-        out["ess_tail"][ok1] = _tail(y)
-        out["mcse_mean"][ok1] = _mcse_mean(y)
-        out["mcse_sd"][ok1] = _mcse_sd(y)
-        if ok2.any():
-            both = ok2[ok1]
-            flat = split[both].reshape(int(both.sum()), -1)
-            folded = np.abs(split[both] - np.median(flat, axis=1)[:, None, None])
-            bulk, tail = _rhat_plain(z[both]), _rhat_plain(_z_scale(folded))
-            out["r_hat"][ok2] = np.where(tail > bulk, tail, bulk)
+    out = {key: np.full(x.shape[0], np.nan) for key in KEYS}
+    ok = _valid(x, 1)
+    if ok.any():
+        y = x[ok]
+        split, z = _split_and_scores(y)
+        out["ess_bulk"][ok] = _ess(z)
+        out["ess_tail"][ok] = _tail(y)
+        out["mcse_mean"][ok] = _mcse_mean(y)
+        out["mcse_sd"][ok] = _mcse_sd(y)
+        if x.shape[1] >= 2:  # R-hat needs two chains (_valid(x, 2))
+            out["r_hat"][ok] = _rhat_rank(split, z)
     return out
 
 
