@@ -547,7 +547,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 #: Gradient-based metrics (:mod:`ahmc_stan.tuning.hmc_warmup`) whose fits get the rerun.
 GRADIENT_METRICS = ("low_rank", "fisher")
 #: The reruns, in order, each made when the run before fails the tail-rejection check
-#: (the first also when its chains disagree and mix slowly) and not the E-BFMI check:
+#: (the first also when its chains disagree and mix slowly, a later one when the run
+#: before has an R-hat above 1.01) and not the E-BFMI check:
 #: Stan's diagonal metric, from the draws alone; then the same with smaller steps (dual
 #: averaging aiming at an acceptance statistic of 0.95, Stan's advice when the step size
 #: is too large for a region of the posterior).  A step is left out when the call set
@@ -605,8 +606,12 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly
     (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
-    diagonal mixes them better (README, "SV since the two changes").  When none of the
-    reruns converged, the complete fit with the largest min ESS (bulk and tail, over the
+    diagonal mixes them better (README, "SV since the two changes"); a later step also
+    when the run before has an R-hat above 1.01: on a zero-inflated regression's skewed
+    inflation intercept the diagonal's chains still disagree, and its smaller steps
+    (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned
+    on").  When none of the reruns converged, the complete fit with the largest min
+    ESS (bulk and tail, over the
     parameters; the first fit on a tie) is returned: ESS falls both when the chains
     disagree and when they mix slowly, so it ranks fits that all warn (on SV the
     diagonal's fits against the low-rank one).  No rerun when the E-BFMI is low as
@@ -630,8 +635,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     fits, chosen = [first], None
     for i, step in enumerate(steps):
         if i > 0:  # each later step is judged on the run before it
-            found = diagnose(fits[-1], checks=("tail_rejection", "ebfmi"))
-            if not found.get("tail_rejection") or found.get("ebfmi"):
+            found = diagnose(fits[-1], checks=("tail_rejection", "ebfmi", "rhat_ess"))
+            if not (found.get("tail_rejection") or found.get("rhat")) or found.get("ebfmi"):
                 break
         if progress:
             print(f"{first.sampler}: {found.summary()}; running again with "

@@ -8,7 +8,8 @@ Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-
 51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP), the two latent fields
 at other sizes (``sv<T>``, ``lgcp<d>``: e.g. ``sv150``, ``lgcp16``) and two real
 regressions on an uncentred predictor (``linear_regression.stan``: New Haven temperature
-on the year, child on mid-parent height; intercept–slope correlation > 0.99).  Samplers:
+on the year, child on mid-parent height; intercept–slope correlation > 0.99); any model
+of the robustness suite by its name there (``comparisons/robustness/models.py``).  Samplers:
 AHMC with each metric (``ahmc_low_rank``: the default as a user gets it, ``metric="auto"``
 with its metric rerun, which is ``low_rank`` up to 200 parameters at 1000 warmup
 iterations and Stan's ``diag`` beyond; ``ahmc_low_rank_no_rerun``: ``low_rank`` named,
@@ -80,6 +81,14 @@ def load(name: str):
     if name in REGRESSIONS:
         return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",
                                    datasets.uncentred_regression_data(name))
+    if name not in EXPERIMENTS:  # a model of the robustness suite (comparisons/robustness/)
+        import sys
+
+        sys.path.insert(0, str(ROOT / "comparisons"))
+        import robustness
+
+        entry = robustness.load_registry().BY_NAME[name]
+        return ahmc_stan.StanModel(entry.stan_file, entry.data())
     exp = EXPERIMENTS[name]
     return ahmc_stan.StanModel(ROOT / "stan_models" / exp.stan_file, exp.data(False))
 

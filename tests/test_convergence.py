@@ -623,3 +623,38 @@ def test_diagnose_runs_the_named_checks_only():
     assert diagnose(fit, checks=("ebfmi",)).ok
     with pytest.raises(ValueError, match="unknown checks \\['tail'\\]"):
         diagnose(fit, checks=("tail",))
+
+
+def test_metric_rerun_steps_down_when_the_diagonal_chains_disagree():
+    """The second step (``adapt_delta=0.95``) also runs when the diagonal's fit has an
+    R-hat above 1.01 (a zero-inflated regression's skewed inflation intercept), whatever
+    its ESS; not when the diagonal's chains only mix slowly."""
+    from ahmc_stan.sampling import RERUN_STEPS, _metric_rerun
+
+    first = _autocorrelated(_with_warmup(synthetic(seed=1, sampler="ahmc")), 0.98)
+    first.draws[0] += 0.5
+    assert {"rhat", "ess_bulk"} <= set(first.diagnose().kinds())
+    apart = _with_warmup(synthetic(seed=3, sampler="ahmc"))
+    apart.draws[0] += 0.35  # R-hat 1.013, every ESS above 400
+    assert set(apart.diagnose().kinds()) == {"rhat"}
+    small = _with_warmup(synthetic(seed=5, sampler="ahmc"), per_iteration=9)
+    calls = []
+
+    def rerun(step, i):
+        calls.append((step, i))
+        return [apart, small][i]
+    fit = _metric_rerun(first, rerun, progress=False, steps=list(RERUN_STEPS))
+    assert fit is small and calls == [(RERUN_STEPS[0], 0), (RERUN_STEPS[1], 1)]
+    record = fit.metadata["metric_rerun"]
+    assert [r["adopted"] for r in record["runs"]] == [False, True]
+    assert record["runs"][0]["problems"].startswith("R-hat")
+    spent = [f.n_grad_warmup + f.n_grad_sampling for f in (first, apart)]
+    assert record["charged"]["n_grad"] == sum(spent)
+
+    slow = _autocorrelated(_with_warmup(synthetic(seed=2, sampler="ahmc")), 0.7)
+    assert set(slow.diagnose().kinds()) == {"ess_bulk"}  # R-hat within 1.01
+    first = _autocorrelated(_with_warmup(synthetic(seed=1, sampler="ahmc")), 0.98)
+    first.draws[0] += 0.5
+    fit = _metric_rerun(first, lambda step, i: [slow, small][i], progress=False,
+                        steps=list(RERUN_STEPS))
+    assert fit is slow and len(fit.metadata["metric_rerun"]["runs"]) == 1

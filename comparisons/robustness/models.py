@@ -270,6 +270,57 @@ def quine() -> dict:
             "y": df["Days"].astype(int).tolist()}
 
 
+def coal() -> dict:
+    """boot ``coal``: British coal-mining disasters, counted per year 1851-1962 (191)."""
+    years = np.floor(_rd("boot", "coal")["date"].to_numpy()).astype(int)
+    counts = np.bincount(years - 1851, minlength=1962 - 1851 + 1)
+    return {"T": len(counts), "D": counts.tolist(), "r_e": 1.0, "r_l": 1.0}
+
+
+def stackloss() -> dict:
+    """R ``stackloss`` (21 days): stack loss ~ air flow + water temperature + acid
+    concentration, predictors standardised."""
+    df = _rd("datasets", "stackloss")
+    X = _standardise(df[["Air.Flow", "Water.Temp", "Acid.Conc."]].to_numpy())
+    return {"N": len(df), "K": 3, "X": X.tolist(), "y": df["stack.loss"].astype(float).tolist()}
+
+
+def veteran() -> dict:
+    """survival ``veteran`` (137 lung-cancer patients, 9 censored): survival in units of
+    100 days ~ treatment + Karnofsky score + age (standardised) + cell type."""
+    df = _rd("survival", "veteran")
+    X = np.column_stack([(df["trt"] == 2).astype(float),
+                         _standardise(df[["karno", "age"]].to_numpy()),
+                         _dummies(df["celltype"], ["squamous", "smallcell", "adeno", "large"])])
+    return {"N": len(df), "K": X.shape[1], "X": X.tolist(),
+            "t": (df["time"].to_numpy() / 100.0).tolist(),
+            "event": df["status"].astype(int).tolist()}
+
+
+def epil() -> dict:
+    """MASS ``epil`` (59 patients x 4 two-week periods): seizures ~ log baseline (centred),
+    treatment, their interaction, log age (centred) and the fourth visit (BUGS Epil)."""
+    df = _rd("MASS", "epil")
+    trt = (df["trt"] == "progabide").astype(float).to_numpy()
+    lbase = df["lbase"].to_numpy()
+    X = np.column_stack([lbase, trt, lbase * trt, df["lage"].to_numpy(),
+                         df["V4"].astype(float).to_numpy()])
+    subjects = {s: j + 1 for j, s in enumerate(sorted(df["subject"].unique()))}
+    return {"N": len(df), "J": len(subjects), "K": X.shape[1],
+            "subject": [subjects[s] for s in df["subject"]], "X": X.tolist(),
+            "y": df["y"].astype(int).tolist()}
+
+
+def biochemists() -> dict:
+    """pscl ``bioChemists`` (915 PhD students): articles ~ gender + married + children
+    under 6 + PhD prestige + mentor's articles (the last two standardised)."""
+    df = _rd("pscl", "bioChemists")
+    X = np.column_stack([(df["fem"] == "Women").astype(float),
+                         (df["mar"] == "Married").astype(float),
+                         df["kid5"].astype(float), _standardise(df[["phd", "ment"]].to_numpy())])
+    return {"N": len(df), "K": X.shape[1], "X": X.tolist(), "y": df["art"].astype(int).tolist()}
+
+
 def ridge_data(seed: int = 1) -> dict:
     """Simulated: 20 draws of N(1, 1), ``default_rng(seed)``."""
     y = np.random.default_rng(seed).normal(1.0, 1.0, 20)
@@ -344,6 +395,18 @@ MODELS: list[SuiteModel] = [
                lambda: {"K": 9}, analytic=funnel_analytic, tags=("pathological",)),
     SuiteModel("ridge", "weakly identified (a + b only)", "simulated (seed 1): 20 N(1, 1)",
                ridge_data, tags=("pathological",)),
+    # Added 2026-11-27 after the defaults were settled, to test them on models they were
+    # not tuned on.
+    SuiteModel("coal_changepoint", "change point summed out (mixture over 112 years)",
+               "boot coal (191 disasters, 1851-1962)", coal, tags=("mixture", "unseen")),
+    SuiteModel("student_t_regression", "robust regression, unknown degrees of freedom",
+               "R stackloss (21)", stackloss, tags=("glm", "unseen")),
+    SuiteModel("weibull_survival", "survival: Weibull AFT, right-censored",
+               "survival veteran (137)", veteran, tags=("glm", "unseen")),
+    SuiteModel("epil_glmm", "Poisson GLMM, subject and observation effects (303 parameters)",
+               "MASS epil (59 x 4)", epil, tags=("hierarchical", "glm", "unseen")),
+    SuiteModel("zinb_regression", "zero-inflated negative binomial",
+               "pscl bioChemists (915)", biochemists, tags=("glm", "mixture", "unseen")),
 ]
 
 BY_NAME = {m.name: m for m in MODELS}
