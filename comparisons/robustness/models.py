@@ -321,6 +321,30 @@ def biochemists() -> dict:
     return {"N": len(df), "K": X.shape[1], "X": X.tolist(), "y": df["art"].astype(int).tolist()}
 
 
+def diabetes() -> dict:
+    """scikit-learn's diabetes data (Efron et al. 2004): disease progression of 442
+    patients ~ 10 baseline variables, all standardised; p0 = 3 relevant predictors
+    guessed for the horseshoe's global scale."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    return {"N": len(y), "K": X.shape[1], "X": _standardise(X).tolist(),
+            "y": ((y - y.mean()) / y.std()).tolist(), "p0": 3.0}
+
+
+def bfi_items(persons: int = 400) -> dict:
+    """psych ``bfi``: the first ``persons`` complete answers to the five agreeableness and
+    five conscientiousness items, each 1 where the answer agrees (4-6 of 6), the
+    reverse-keyed items (A1, C4, C5) flipped."""
+    items = ["A1", "A2", "A3", "A4", "A5", "C1", "C2", "C3", "C4", "C5"]
+    df = _rd("psych", "bfi")[items].dropna().head(persons)
+    y = (df.to_numpy() >= 4).astype(int)
+    for k, item in enumerate(items):
+        if item in ("A1", "C4", "C5"):
+            y[:, k] = 1 - y[:, k]
+    return {"I": len(items), "J": len(df), "y": y.tolist()}
+
+
 def ridge_data(seed: int = 1) -> dict:
     """Simulated: 20 draws of N(1, 1), ``default_rng(seed)``."""
     y = np.random.default_rng(seed).normal(1.0, 1.0, 20)
@@ -407,6 +431,13 @@ MODELS: list[SuiteModel] = [
                "MASS epil (59 x 4)", epil, tags=("hierarchical", "glm", "unseen")),
     SuiteModel("zinb_regression", "zero-inflated negative binomial",
                "pscl bioChemists (915)", biochemists, tags=("glm", "mixture", "unseen")),
+    SuiteModel("horseshoe_regression", "regularised horseshoe (funnels in the local scales)",
+               "scikit-learn diabetes (442 x 10)", diabetes, reference_adapt_delta=0.99,
+               tags=("pathological", "unseen"),
+               notes="adapt_delta 0.99: at 0.95 the reference had 476 divergences in 10^5"),
+    SuiteModel("irt_2pl", "2PL item response, 420 parameters",
+               "psych bfi, 400 people x 10 items", bfi_items,
+               tags=("hierarchical", "glm", "unseen")),
 ]
 
 BY_NAME = {m.name: m for m in MODELS}
