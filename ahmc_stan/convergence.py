@@ -304,6 +304,11 @@ def _check_rhat_ess(fit):
                         threshold=ESS_PER_CHAIN_MIN * fit.chains, convergence=True)]
     d = fit._diagnostics()
     cols = np.flatnonzero(_varying(fit))
+    need = ESS_PER_CHAIN_MIN * fit.chains
+    # chains that disagree have a low ESS too (the between-chain variance enters it); where
+    # they all mix, R-hat can be the noise of cheap draws: AHMC's at NUTS's draws (README,
+    # "Neal's R-hat is a matter of draws"; at NUTS's gradients 1.002-1.005 on SV and LGCP)
+    mixing = all(np.all(d[kind][:k][cols] >= need) for kind in ("ess_bulk", "ess_tail"))
     out = []
     rhat = d["r_hat"][:k][cols]
     # ArviZ computes no R-hat for a single chain (nan): the check then needs 2 chains
@@ -317,10 +322,13 @@ def _check_rhat_ess(fit):
             f"The following parameters had split R-hat greater than {RHAT_MAX}: "
             f"{_listing(_names(worst, fit), values, _rhat_text)}. Such high values indicate "
             "incomplete mixing and biased estimation: the chains have not converged. "
-            "Consider longer warmup, reparameterising the model or better priors.",
+            "Consider longer warmup, reparameterising the model or better priors."
+            + (f" The bulk and tail ESS are above {ESS_PER_CHAIN_MIN} per chain, so the "
+               "chains do mix: an R-hat this close to 1 can also be the noise of too few "
+               "draws, which more draws (e.g. twice as many) would settle."
+               if mixing else ""),
             columns=_names(worst, fit), value=float(np.nanmax(values)) if not np.isnan(
                 values).all() else math.nan, threshold=RHAT_MAX, convergence=True))
-    need = ESS_PER_CHAIN_MIN * fit.chains
     for kind, label in (("ess_bulk", "bulk"), ("ess_tail", "tail")):
         ess = d[kind][:k][cols]
         bad = np.isnan(ess) | (ess < need)

@@ -658,3 +658,24 @@ def test_metric_rerun_steps_down_when_the_diagonal_chains_disagree():
     fit = _metric_rerun(first, lambda step, i: [slow, small][i], progress=False,
                         steps=list(RERUN_STEPS))
     assert fit is slow and len(fit.metadata["metric_rerun"]["runs"]) == 1
+
+
+def test_rhat_hints_at_more_draws_only_when_the_chains_mix():
+    """A split R-hat a little above 1.01 with every bulk and tail ESS above 100 per chain
+    gets the hint that more draws would settle it; not with a low ESS (chains further
+    apart, or slow)."""
+    apart = synthetic(seed=3)
+    apart.draws[0] += 0.35  # R-hat 1.013, every ESS above 400
+    found = apart.diagnose()
+    assert set(found.kinds()) == {"rhat"}
+    assert "more draws" in str(found)
+
+    slow = _autocorrelated(synthetic(seed=1), 0.98)
+    slow.draws[0] += 0.5
+    found = slow.diagnose()
+    assert {"rhat", "ess_bulk"} <= set(found.kinds()) and "more draws" not in str(found)
+
+    far = synthetic(seed=3)
+    far.draws[0] += 0.6  # R-hat 1.04: the between-chain variance takes the bulk ESS to 95
+    found = far.diagnose()
+    assert {"rhat", "ess_bulk"} <= set(found.kinds()) and "more draws" not in str(found)
