@@ -305,10 +305,6 @@ def _check_rhat_ess(fit):
     d = fit._diagnostics()
     cols = np.flatnonzero(_varying(fit))
     need = ESS_PER_CHAIN_MIN * fit.chains
-    # chains that disagree have a low ESS too (the between-chain variance enters it); where
-    # they all mix, R-hat can be the noise of cheap draws: AHMC's at NUTS's draws (README,
-    # "Neal's R-hat is a matter of draws"; at NUTS's gradients 1.002-1.005 on SV and LGCP)
-    mixing = all(np.all(d[kind][:k][cols] >= need) for kind in ("ess_bulk", "ess_tail"))
     out = []
     rhat = d["r_hat"][:k][cols]
     # ArviZ computes no R-hat for a single chain (nan): the check then needs 2 chains
@@ -317,6 +313,11 @@ def _check_rhat_ess(fit):
         order = np.argsort(-np.where(np.isnan(rhat), np.inf, rhat)[bad], kind="stable")
         worst = cols[bad][order]
         values = d["r_hat"][worst]
+        # chains that disagree have a low ESS too (the between-chain variance enters it);
+        # where all mix, R-hat can be the noise of cheap draws: AHMC's at NUTS's draws
+        # (README, "Neal's R-hat is a matter of draws"; at NUTS's gradients 1.002-1.005
+        # on SV and LGCP)
+        mixing = all(np.all(d[kind][:k][cols] >= need) for kind in ("ess_bulk", "ess_tail"))
         out.append(Problem(
             "rhat",
             f"The following parameters had split R-hat greater than {RHAT_MAX}: "

@@ -609,12 +609,11 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     diagonal mixes them better (README, "SV since the two changes"); a later step also
     when the run before has an R-hat above 1.01: on a zero-inflated regression's skewed
     inflation intercept the diagonal's chains still disagree, and its smaller steps
-    (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned
-    on").  When none of the reruns converged, the complete fit with the largest min
-    ESS (bulk and tail, over the
-    parameters; the first fit on a tie) is returned: ESS falls both when the chains
-    disagree and when they mix slowly, so it ranks fits that all warn (on SV the
-    diagonal's fits against the low-rank one).  No rerun when the E-BFMI is low as
+    (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned on").
+    When none of the reruns converged, the complete fit with the largest min ESS (bulk
+    and tail, over the parameters; the first fit on a tie) is returned: ESS falls both
+    when the chains disagree and when they mix slowly, so it ranks fits that all warn
+    (on SV the diagonal's fits against the low-rank one).  No rerun when the E-BFMI is low as
     well: the momenta cannot explore the energy (Betancourt 2016), a funnel-like
     geometry that a reparameterisation cures and no constant metric does
     (``comparisons/metric_rerun.py`` measures both rules)."""

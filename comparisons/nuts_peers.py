@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -82,8 +83,6 @@ def load(name: str):
         return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",
                                    datasets.uncentred_regression_data(name))
     if name not in EXPERIMENTS:  # a model of the robustness suite (comparisons/robustness/)
-        import sys
-
         sys.path.insert(0, str(ROOT / "comparisons"))
         import robustness
 
