@@ -64,8 +64,9 @@ def print_diagnosis(fit, label: str | None = None) -> None:
 
 
 def print_reruns(fit) -> None:
-    """The notes of the run's chain and metric reruns (:func:`tune_and_sample`), if any."""
-    for rerun in ("chain_rerun", "metric_rerun"):
+    """The notes of the run's chain and metric reruns and of its extension
+    (:func:`tune_and_sample`), if any."""
+    for rerun in ("chain_rerun", "metric_rerun", "extension"):
         if rerun in fit.metadata:
             print(f"({fit.metadata[rerun]['note']})")
 
@@ -152,6 +153,10 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
                         help="keep a chain that strayed into a region of negligible mass "
                              "or failed to adapt instead of running it again "
                              "(tune_and_sample's chain_rerun)")
+    parser.add_argument("--no-extend", action="store_true",
+                        help="return the draws asked for even when R-hat or ESS is "
+                             "flagged while the chains mix, instead of running each chain "
+                             "as many draws more (tune_and_sample's extend)")
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -170,7 +175,8 @@ def _sample(args: argparse.Namespace) -> int:
                           output_dir=args.output_dir,
                           progress=not args.no_progress, diagnose=False,
                           metric_rerun=not args.no_metric_rerun,
-                          chain_rerun=not args.no_chain_rerun, **options)
+                          chain_rerun=not args.no_chain_rerun,
+                          extend=not args.no_extend, **options)
     report(fit, args)
     if fit.incomplete:
         why = "out of time" if fit.metadata.get("out_of_time") else "interrupted"

@@ -74,6 +74,13 @@ def metric_record(inv_metric: InvMetric):
     return inv_metric.as_dict() if isinstance(inv_metric, LowRankInvMetric) else inv_metric
 
 
+def from_record(record) -> InvMetric:
+    """The inverse metric :func:`metric_record` kept (the inverse of that function)."""
+    if isinstance(record, dict):
+        return LowRankInvMetric(record["diag"], record["vecs"], record["vals"])
+    return None if record is None else np.asarray(record, dtype=float)
+
+
 def draw_momenta(rng: np.random.Generator, inv_metric: InvMetric, n: int, dims: int
                  ) -> np.ndarray:
     """``n`` momenta (rows) from N(0, M), M = (M⁻¹)⁻¹."""

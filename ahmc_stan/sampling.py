@@ -20,6 +20,7 @@ import functools
 import gc
 import inspect
 import json
+import math
 import multiprocessing
 import numbers
 import os
@@ -85,6 +86,13 @@ SAMPLERS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
     "osvhmc": _module("svhmc", "run_osvhmc"),
     "armhmc": _module("armhmc"), "rmhmc": _module("armhmc", "run_fixed_chain"),
     "bandit": _module("bandit"),  # GP-bandit HMC, super-transitions (Wang 2012, Alg. 3)
+}
+
+
+#: Sampler name -> a function returning its ``continue_chain(model, rng, last, draws,
+#: progress, **options)``: more draws of a finished chain (:func:`_extend`).
+CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
+    "ahmc": _module("ahmc", "continue_chain"),
 }
 
 
@@ -283,12 +291,14 @@ def _start_clock(max_seconds) -> float | None:
 def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSequence,
              init: Mapping[str, Any] | None, warmup: int, draws: int, progress: bool,
              options: dict, radius: float = 2.0, deadline: float | None = None,
-             stream: Path | None = None) -> ChainResult | None:
+             stream: Path | None = None, resume: ChainResult | None = None
+             ) -> ChainResult | None:
     """One chain, in this process or a worker.  BLAS runs single-threaded inside a chain:
     chains are the parallelism, and threaded BLAS on small matrices (the tuner's GP) only
     oversubscribes the cores — ten times slower on a loaded machine.  At ``deadline`` the
     chain stops and returns what it has (``None`` if it had not started sampling).
-    ``stream``: the file the chain streams its iterations to."""
+    ``stream``: the file the chain streams its iterations to.  ``resume``: a finished
+    chain that this one continues for ``draws`` more iterations (:func:`_extend`)."""
     global _CHAIN_RUNNING
     if _STOPPED or deadline is not None and time.time() >= deadline:
         return None
@@ -296,7 +306,7 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
     try:
         with _deadline(deadline), streaming(stream):
             return _run_chain(model, sampler, chain, seed, init, warmup, draws, progress,
-                              options, radius)
+                              options, radius, resume)
     except OutOfTime:  # before the sampler's own loop caught it
         return None
     finally:
@@ -353,12 +363,16 @@ def _threadpools():
     return ThreadpoolController()
 
 
-def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius):
-    run_chain = SAMPLERS[sampler]()
+def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius,
+               resume=None):
     rng = np.random.default_rng(seed)
-    x0 = model.initial_point(rng, init, radius=radius)
-    bar = ChainProgress(f"{sampler} chain {chain + 1}", warmup, draws, position=chain,
-                        enabled=progress)
+    if resume is None:
+        run_chain = SAMPLERS[sampler]()
+        x0 = model.initial_point(rng, init, radius=radius)
+    else:
+        run_chain = CONTINUATIONS[sampler]()
+    label = f"{sampler} chain {chain + 1}" + ("" if resume is None else " (more draws)")
+    bar = ChainProgress(label, warmup, draws, position=chain, enabled=progress)
 
     def report(n: int) -> None:
         global _CHAIN_RUNNING
@@ -368,6 +382,8 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
 
     try:
         with _threadpools().limit(limits=1, user_api="blas"):
+            if resume is not None:
+                return run_chain(model, rng, resume, draws, report, **options)
             return run_chain(model, rng, x0, warmup, draws, report, **options)
     except StuckChainError as err:  # name the chain (1-based, as the progress bars)
         raise err.for_chain(chain + 1) from None
@@ -397,15 +413,16 @@ def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> d
 
 
 def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: int,
-              warmup: int, draws: int, options: dict, interrupted: bool, thin: int = 1
-              ) -> Fit:
+              warmup: int, draws: int, options: dict, interrupted: bool, thin: int = 1,
+              gq_key: int = 1) -> Fit:
     """Constrain the chains' positions and stack them into a Fit, keeping every
     ``thin``-th of the ``draws`` sampling iterations (:func:`thin_result`).  After an interruption
     chains may have different lengths: chains that had not finished warmup are left out
     when others have post-warmup draws (``metadata["dropped_chains"]``); the Fit's
     arrays hold the draws all kept chains reached, and each chain's draws beyond that
     are kept in ``metadata["extra_draws"]`` (:meth:`Fit.chain_draws` gives a chain's
-    whole run)."""
+    whole run).  ``gq_key``: the generated quantities' random numbers come from
+    ``SeedSequence([seed, gq_key])`` (another key for a continuation, :func:`_extend`)."""
     results = [thin_result(r, warmup, thin) for r in results]
     kept_draws = -(-draws // thin)
     dropped = []
@@ -416,7 +433,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     n_warm = min(r.n_warmup for r in results)
     n_samp = min(r.n_sampling for r in results) if n_warm == warmup else 0
     names = model.param_names(include_tp=True, include_gq=True)
-    gq_rngs = np.random.SeedSequence([seed, 1]).spawn(len(results))
+    gq_rngs = np.random.SeedSequence([seed, gq_key]).spawn(len(results))
 
     def constrained(r, rows, gq_seed):
         return model.constrain(r.positions[rows], include_tp=True, include_gq=True,
@@ -431,7 +448,7 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     warm_stats, samp_stats = stats(warm_rows), stats(samp_rows)
     ragged = {}
     if any(r.n_sampling > n_samp for r in results) or dropped:
-        tail_rngs = np.random.SeedSequence([seed, 2]).spawn(len(results))
+        tail_rngs = np.random.SeedSequence([seed, gq_key + 1]).spawn(len(results))
         ragged = {"dropped_chains": dropped, "extra_draws": [
             constrained(r, slice(warmup + n_samp, warmup + r.n_sampling), s)
             if r.n_sampling > n_samp else np.empty((0, len(names)))
@@ -458,7 +475,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                     parallel: bool | int | None = None, diagnose: bool = True,
                     max_seconds: float | None = None, thin: int = 1,
                     output_dir: str | os.PathLike | None = None,
-                    metric_rerun: bool = True, chain_rerun: bool = True, **options) -> Fit:
+                    metric_rerun: bool = True, chain_rerun: bool = True,
+                    extend: bool = True, **options) -> Fit:
     """Tune ``sampler`` on ``model`` during ``warmup`` iterations, then run ``draws``
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
@@ -516,6 +534,15 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     (:mod:`ahmc_stan.chain_rerun`); ``fit.metadata["chain_rerun"]`` logs it and the
     discarded chain's cost is charged to the kept chain's warmup.  ``False`` turns this off.
 
+    ``extend``: a fit whose R-hat is above 1.01 or an ESS below 100 per chain, while every
+    bulk and tail ESS is at least 50 per chain (the chains mix; R-hat's noise and the
+    ESS's shortfall are then a matter of draws) gets ``draws`` more iterations per
+    chain, once: each chain of a sampler that can continue one (:data:`CONTINUATIONS`:
+    AHMC) goes on from its last draw with its last step size, number of steps and
+    metric, frozen (:func:`_extend`).  The Fit then holds twice the draws,
+    ``metadata["extension"]`` logs it (R-hat and min ESS before and after, gradients,
+    seconds), and the diagnosis judges the whole.  ``False`` turns this off.
+
     Arguments and option names are checked before any work starts (``ValueError``, one
     line, listing the valid options: :func:`sampler_options`).
     """
@@ -534,6 +561,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
             {**options, **step}, None if output_dir is None else
             Path(output_dir) / ("metric_rerun" if i == 0 else f"metric_rerun_{i + 1}")),
             progress, steps)
+    if extend and not fit.incomplete:
+        fit = _extend(fit, model, sampler, seed, draws, thin, progress, parallel, deadline,
+                      options)
+    fit.__dict__.pop("_chain_results", None)  # the raw chains: not kept with the Fit
     if output_dir is not None:
         fit.save(Path(output_dir) / "fit.npz")
         fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
@@ -736,6 +767,111 @@ def _charge(fit: Fit, other: Fit) -> None:
     fit.time_warmup += other.time_warmup + other.time_sampling
 
 
+#: Extensions draw their chains' seeds from ``SeedSequence([seed, EXTEND_SEED_KEY])``.
+EXTEND_SEED_KEY = 101
+#: :func:`_extend` takes up a fit whose every bulk and tail ESS is at least this share of
+#: the diagnosis's bound (100 per chain): twice the draws can then reach it.
+EXTEND_ESS_SHARE = 0.5
+
+
+def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thin: int,
+            progress: bool, parallel, deadline, options: Mapping[str, Any]) -> Fit:
+    """``fit`` with ``draws`` more iterations per chain when its R-hat is above 1.01 or an
+    ESS below 100 per chain while every bulk and tail ESS is at least half that
+    (:data:`EXTEND_ESS_SHARE`), else ``fit`` itself: for chains that mix, R-hat's noise
+    and the ESS's shortfall are matters of draws, and twice the draws double the ESS;
+    chains that disagree, or mix too slowly for that, are left to the diagnosis (more
+    draws cannot hide chains that disagree: R-hat only gets surer).  Each chain
+    continues from its last draw with its last parameters (the sampler's
+    ``continue_chain``, :data:`CONTINUATIONS`); the new draws, statistics, gradients and
+    seconds are appended to the sampling phase (:func:`_concatenate`).  A fit whose chains are not all at hand (``_chain_results``),
+    or a sampler that cannot continue a chain, is returned as it is.  An extension
+    stopped before every chain made a draw is discarded (its cost too); one stopped
+    later keeps the draws every chain reached, the rest in ``metadata["extra_draws"]``,
+    and the Fit is flagged incomplete."""
+    from .convergence import ESS_PER_CHAIN_MIN, diagnose
+
+    results = getattr(fit, "_chain_results", None)
+    if sampler not in CONTINUATIONS or not results or len(results) != fit.chains:
+        return fit
+    found = diagnose(fit, checks=("rhat_ess",))
+    floor = EXTEND_ESS_SHARE * ESS_PER_CHAIN_MIN * fit.chains
+    if not found or _min_ess(fit) < floor:
+        return fit
+    reason = found.summary()
+    if progress:
+        print(f"{sampler}: {reason}, every ESS at least {floor:.0f}; running each chain "
+              f"{draws} more iterations", file=sys.stderr, flush=True)
+    seeds = np.random.SeedSequence([seed, EXTEND_SEED_KEY]).spawn(len(results))
+    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
+    last = [ChainResult(r.positions[-1:], {k: v[-1:] for k, v in r.stats.items()}, 0, 1,
+                        0.0, 0.0, extras=r.extras) for r in results]
+    more, interrupted = _execute(
+        [(model, sampler, c, seeds[c], None, 0, draws, progress, dict(options), 2.0,
+          deadline, None, last[c]) for c in range(len(results))],
+        max(1, min(workers, len(results))))
+    record = {"draws": draws, "reason": reason, "rhat_before": _max_rhat(fit),
+              "min_ess_before": _min_ess(fit)}
+    if any(r is None or r.n_sampling == 0 for r in more):
+        record["note"] = (f"{reason}: the {draws} more draws per chain were stopped "
+                          "before every chain made one; none are kept")
+        fit.metadata["extension"] = record
+        return fit
+    part = _assemble(model, sampler, more, seed, 0, draws, dict(options), interrupted,
+                     thin, gq_key=3)
+    merged = _concatenate(fit, part)
+    after = diagnose(merged, checks=("rhat_ess",))
+    record.update(rhat_after=_max_rhat(merged), min_ess_after=_min_ess(merged),
+                  problems_after=after.summary(), n_grad=part.n_grad_sampling,
+                  seconds=part.time_sampling,
+                  chains=[r.extras.get("continued") for r in more])
+    now = f"still {after.summary()}" if after else "now none"
+    record["note"] = (
+        f"{reason} with every ESS at least {floor:.0f}: each chain ran {draws} more "
+        f"iterations, R-hat now {record['rhat_after']:.4f}, min ESS "
+        f"{record['min_ess_after']:.0f} ({now}; {part.n_grad_sampling} gradients, "
+        f"{part.time_sampling:.3g} chain-seconds more)")
+    merged.metadata["extension"] = record
+    return merged
+
+
+def _max_rhat(fit: Fit) -> float:
+    """The largest R-hat over the fit's parameters (nan if none is finite)."""
+    rhat = fit._diagnostics()["r_hat"][:fit.n_params]
+    return float(np.nanmax(rhat)) if np.isfinite(rhat).any() else math.nan
+
+
+def _concatenate(first: Fit, part: Fit) -> Fit:
+    """``first`` with ``part``'s draws (a continuation of its chains, no warmup) appended
+    to its sampling phase: draws, statistics (a statistic ``part`` lacks is nan there),
+    evaluations and seconds; warmup, cost units and metadata are ``first``'s (with
+    ``part``'s ragged ``extra_draws``, if any)."""
+    def cat(name):
+        tail = part.sampler_stats.get(name)
+        if tail is None:
+            tail = np.full(part.draws.shape[:2], np.nan)
+        return np.concatenate([first.sampler_stats[name], tail], axis=1)
+
+    sampling = {k: first.n_eval_sampling.get(k, 0) + part.n_eval_sampling.get(k, 0)
+                for k in set(first.n_eval_sampling) | set(part.n_eval_sampling)}
+    metadata = {**first.metadata, "draws": first.metadata.get("draws", first.n_draws)
+                + part.metadata.get("draws", part.n_draws)}
+    for key in ("extra_draws", "dropped_chains"):
+        if key in part.metadata:
+            metadata[key] = part.metadata[key]
+    return Fit(np.concatenate([first.draws, part.draws], axis=1), first.columns,
+               {k: cat(k) for k in first.sampler_stats}, n_params=first.n_params,
+               warmup_draws=first.warmup_draws,
+               warmup_sampler_stats=first.warmup_sampler_stats,
+               n_grad_warmup=first.n_grad_warmup, n_eval_warmup=first.n_eval_warmup,
+               n_grad_sampling=first.n_grad_sampling + part.n_grad_sampling,
+               n_eval_sampling=sampling, cost_units=first.cost_units,
+               time_warmup=first.time_warmup,
+               time_sampling=first.time_sampling + part.time_warmup + part.time_sampling,
+               sampler=first.sampler, metadata=metadata,
+               incomplete=first.incomplete or part.incomplete)
+
+
 def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws: int,
                 seed: int, inits, radius, progress, parallel, deadline, max_seconds, thin,
                 chain_rerun: bool, options: Mapping[str, Any], output_dir) -> Fit:
@@ -775,6 +911,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
                     interrupted or len(done) < chains, thin)
+    fit._chain_results = done  # the raw chains, which :func:`_extend` continues
     if rerun_record is not None:
         fit.metadata["chain_rerun"] = rerun_record
     if out_of_time:

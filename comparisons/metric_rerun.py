@@ -5,7 +5,9 @@ again with ``metric="diag"`` (and, if that fails the tail-rejection check, with
 ``adapt_delta=0.95`` as well), and the first converged fit returned (else the one with
 the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,
 :mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
-again with a new seed; the table counts chains rerun and reruns adopted.
+again with a new seed; the table counts chains rerun and reruns adopted.  The extension
+(``extend=True``, the default): a fit whose R-hat is above 1.01 while its chains mix gets
+as many draws again; the table counts the fits extended.
 Against the old default (``ahmc:metric=low_rank``) and CmdStan's NUTS, per model: runs
 that pass the reference (all |z| ≤ 5), that converged (``Fit.diagnose()``), silent
 failures (not passing, no warning), reruns made and adopted, tail rejections not rerun
@@ -36,7 +38,7 @@ DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "metric_rerun.md"
 #: What the JSON file beside the table keeps of each run.
 KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_failure",
         "problems", "max_abs_z_mean", "max_abs_z_sd", "n_grad", "time_seconds",
-        "metric_rerun", "chain_rerun")
+        "metric_rerun", "chain_rerun", "extension")
 
 
 def _median(values, fmt: str) -> str:
@@ -48,8 +50,8 @@ def main(argv=None) -> int:
                            argv)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     table = ["| model | sampler | runs | pass | converged | silent failures | reruns "
-             "(adopted) | not rerun: E-BFMI | chain reruns (adopted) | min ESS | "
-             "min ESS per gradient | min ESS per chain-second |", "|---|---|" + "---:|" * 10]
+             "(adopted) | not rerun: E-BFMI | chain reruns (adopted) | extended | min ESS | "
+             "min ESS per gradient | min ESS per chain-second |", "|---|---|" + "---:|" * 11]
     totals: dict[str, list] = {}
     kept: list[dict] = []
     for name in args.names:
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
                       f"pass {row['pass']}; min ESS {row['min_ess_bulk']:.0f}, "
                       f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
                       + (f"; rerun: {rerun['note']}" if rerun else "")
-                      + (f"; {row['chain_rerun']['note']}" if row.get("chain_rerun") else ""),
+                      + (f"; {row['chain_rerun']['note']}" if row.get("chain_rerun") else "")
+                      + (f"; {row['extension']['note']}" if row.get("extension") else ""),
                       flush=True)
             records = [r["metric_rerun"] for r in rows if r.get("metric_rerun")]
             reruns = [r for r in records if r["ran"]]
@@ -76,19 +79,21 @@ def main(argv=None) -> int:
                       sum(r["adopted"] for r in reruns), len(records) - len(reruns),
                       sum(len(r["chain_rerun"]["runs"]) for r in rows if r.get("chain_rerun")),
                       sum(e["adopted"] for r in rows if r.get("chain_rerun")
-                          for e in r["chain_rerun"]["runs"]))
+                          for e in r["chain_rerun"]["runs"]),
+                      sum("n_grad" in (r.get("extension") or {}) for r in rows))
             ess = [r["min_ess_bulk"] for r in rows]
             table.append(
                 f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "
                 f"{counts[4]} ({counts[5]}) | {counts[6]} | {counts[7]} ({counts[8]}) | "
+                f"{counts[9]} | "
                 f"{_median(ess, '.0f')} | "
                 f"{_median([e / r['n_grad'] for e, r in zip(ess, rows)], '.3g')} | "
                 f"{_median([e / r['time_seconds'] for e, r in zip(ess, rows)], '.4g')} |")
-            t = totals.setdefault(spec, [0] * 10 + [0.0])
+            t = totals.setdefault(spec, [0] * 11 + [0.0])
             for i, v in enumerate(counts):
                 t[i] += v
-            t[9] += sum(r["n_grad"] for r in rows)
-            t[10] += sum(r["time_seconds"] for r in rows)
+            t[10] += sum(r["n_grad"] for r in rows)
+            t[11] += sum(r["time_seconds"] for r in rows)
             kept.extend({"spec": spec, "min_ess": e, **{k: r.get(k) for k in KEPT}}
                         for e, r in zip(ess, rows))
     lines = ["# AHMC's metric and chain reruns on the robustness suite", "",
@@ -98,9 +103,9 @@ def main(argv=None) -> int:
              "Gradients and chain-seconds include warmup and, for a rerun, the run not "
              "returned.", "", *table, "",
              "| sampler | runs | pass | converged | silent failures | reruns | adopted | "
-             "not rerun: E-BFMI | chain reruns | adopted | gradients | chain-seconds |",
-             "|---|" + "---:|" * 11]
-    lines += [f"| {spec} | {' | '.join(map(str, t[:10]))} | {t[10]:.0f} |"
+             "not rerun: E-BFMI | chain reruns | adopted | extended | gradients | "
+             "chain-seconds |", "|---|" + "---:|" * 12]
+    lines += [f"| {spec} | {' | '.join(map(str, t[:11]))} | {t[11]:.0f} |"
               for spec, t in totals.items()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

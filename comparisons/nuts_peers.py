@@ -16,7 +16,8 @@ iterations and Stan's ``diag`` beyond; ``ahmc_low_rank_no_rerun``: ``low_rank`` 
 so without the rerun; ``fisher``: from draws and gradients;
 ``diag``: Stan's, from draws; ``ahmc_diag_095``: the same, its dual averaging aiming at
 an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first window runs
-in ``1/|∇ log p(x₀)|``, ``grad_init=True``), CmdStan NUTS, nutpie, nutpie low-rank; same
+in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
+its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds.  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
@@ -57,7 +58,8 @@ REGRESSIONS = {"nhtemp": "New Haven temperature on the year (1912–1971)",
 OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
         "ahmc_diag_095": {"metric": "diag", "adapt_delta": 0.95},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
-        "ahmc_grad_init": {"metric": "low_rank", "grad_init": True}}
+        "ahmc_grad_init": {"metric": "low_rank", "grad_init": True},
+        "ahmc_no_extend": {"extend": False}}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 
@@ -112,6 +114,8 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "min_ess_folded": folded,
             "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
+            "extended": float("extension" in fit.metadata
+                              and "n_grad" in fit.metadata["extension"]),
             "wall": time.perf_counter() - start}
 
 

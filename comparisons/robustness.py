@@ -356,6 +356,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["incomplete"] = bool(fit.incomplete)
         row["metric_rerun"] = fit.metadata.get("metric_rerun")
         row["chain_rerun"] = fit.metadata.get("chain_rerun")
+        row["extension"] = fit.metadata.get("extension")
         row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)
         row["min_ess_bulk"] = float(fit.efficiency()["min_ess_bulk"])
         row["columns"] = cols

@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from ..hmc import HMCKernel, HMCParameters
-from ..metric import metric_record
+from ..metric import from_record, metric_record
 from ..tuning import Box, Dimension, NativeBayesOptTuner
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.hmc_warmup import METRICS, auto_metric, hmc_warmup
@@ -55,8 +55,8 @@ from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_rewar
                            call_iterations, next_phase, run_tuned_blocks,
                            tuning_extras)
 
-__all__ = ["run_chain", "run_tuned_chain", "hmc_blocks", "run_native_tuned_blocks",
-           "default_box", "esjd_reward"]
+__all__ = ["run_chain", "continue_chain", "run_tuned_chain", "hmc_blocks",
+           "run_native_tuned_blocks", "default_box", "esjd_reward"]
 
 
 #: The names of γ = (ε, L) in AHMC's box.
@@ -206,6 +206,29 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                            max_restarts=max_restarts, detect_stuck=detect_stuck,
                            adapt_delta=adapt_delta, min_num_steps=min_num_steps,
                            scale_path_length=scale_path_length, **tuning)
+
+
+def continue_chain(model, rng: np.random.Generator, last: ChainResult, draws: int,
+                   progress: Callable[[int], None], **options) -> ChainResult:
+    """``draws`` more sampling iterations of a finished AHMC chain ``last``: HMC from its
+    last position at its last γ = (ε, L) and its metric, frozen (a fixed kernel, as with
+    ``adapt_during_sampling=False``), in calls of a tenth of ``draws``.  Recorded as
+    phase 2 with no warmup; ``options`` (the chain's) are not needed and ignored."""
+    kernel = HMCKernel(model.density)
+    params = HMCParameters(float(last.stats["step_size"][-1]),
+                           int(last.stats["num_steps_max"][-1]),
+                           from_record(last.extras.get("inv_metric")))
+    state = kernel.init(last.positions[-1])
+    rec = ChainRecorder(len(state.position), draws, list(HMC_STATS))
+    per_call = call_iterations(0, draws)
+    with rec.running(0):
+        rec.enter_sampling()
+        while rec.n < draws:
+            state, info = kernel.run(rng, state, params, min(per_call, draws - rec.n))
+            _record(rec, info, params, phase=2)
+            progress(rec.n)
+    return rec.finish({"continued": {"step_size": params.step_size,
+                                     "num_steps": params.num_steps}})
 
 
 def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int,

@@ -127,6 +127,7 @@ def run_job(job: Job) -> dict:
     start = time.perf_counter()
     try:
         fit = _run_fit(job)
+        row["draws"] = fit.n_draws  # twice job.draws for an extended fit (tune_and_sample)
         measured = _measured(fit, job.ess_columns)
         eff = measured.efficiency()
         row.update(eff)
