@@ -536,8 +536,9 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 
     ``extend``: a fit whose R-hat is above 1.01 or an ESS below 100 per chain, while every
     bulk and tail ESS is at least 50 per chain (the chains mix; R-hat's noise and the
-    ESS's shortfall are then a matter of draws) gets ``draws`` more iterations per
-    chain, once: each chain of a sampler that can continue one (:data:`CONTINUATIONS`:
+    ESS's shortfall are then a matter of draws) and no problem that more draws cannot
+    cure is found (:data:`EXTEND_BLOCKERS`), gets ``draws`` more iterations per chain,
+    once: each chain of a sampler that can continue one (:data:`CONTINUATIONS`:
     AHMC) goes on from its last draw with its last step size, number of steps and
     metric, frozen (:func:`_extend`).  The Fit then holds twice the draws,
     ``metadata["extension"]`` logs it (R-hat and min ESS before and after, gradients,
@@ -772,13 +773,21 @@ EXTEND_SEED_KEY = 101
 #: :func:`_extend` takes up a fit whose every bulk and tail ESS is at least this share of
 #: the diagnosis's bound (100 per chain): twice the draws can then reach it.
 EXTEND_ESS_SHARE = 0.5
+#: Problems that say the kernel misses part of the posterior, which more of its draws do
+#: not cure (a low E-BFMI: the funnel-like geometry the metric rerun leaves alone too;
+#: rejections in a tail; divergences past the diagnosis's bound; a stuck chain): a fit
+#: with one of them is not extended (on the centred eight schools it only made the
+#: flagged bias surer, README "R-hat settled by more draws").
+EXTEND_BLOCKERS = ("ebfmi", "tail_rejection", "divergences", "stuck_chain")
 
 
 def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thin: int,
             progress: bool, parallel, deadline, options: Mapping[str, Any]) -> Fit:
     """``fit`` with ``draws`` more iterations per chain when its R-hat is above 1.01 or an
     ESS below 100 per chain while every bulk and tail ESS is at least half that
-    (:data:`EXTEND_ESS_SHARE`), else ``fit`` itself: for chains that mix, R-hat's noise
+    (:data:`EXTEND_ESS_SHARE`) and no problem of :data:`EXTEND_BLOCKERS` is found (a
+    divergence count only past the diagnosis's bound), else ``fit`` itself: for chains
+    that mix, R-hat's noise
     and the ESS's shortfall are matters of draws, and twice the draws double the ESS;
     chains that disagree, or mix too slowly for that, are left to the diagnosis (more
     draws cannot hide chains that disagree: R-hat only gets surer).  Each chain
@@ -794,9 +803,12 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
     results = getattr(fit, "_chain_results", None)
     if sampler not in CONTINUATIONS or not results or len(results) != fit.chains:
         return fit
-    found = diagnose(fit, checks=("rhat_ess",))
+    found = diagnose(fit)
+    flagged = [p for p in found if p.kind in ("rhat", "ess_bulk", "ess_tail")]
     floor = EXTEND_ESS_SHARE * ESS_PER_CHAIN_MIN * fit.chains
-    if not found or _min_ess(fit) < floor:
+    blocked = any(p.kind in EXTEND_BLOCKERS and (p.kind != "divergences" or p.convergence)
+                  for p in found)
+    if not flagged or blocked or _min_ess(fit) < floor:
         return fit
     reason = found.summary()
     if progress:

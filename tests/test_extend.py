@@ -48,8 +48,10 @@ def test_an_extended_fit_continues_every_chain(gauss100, monkeypatch):
     assert_moments(fit.draws[:, 500:], np.zeros(100), SDS_100)
 
 
-def _synthetic(rng, chains=4, draws=1000, shift=0.0, rho=0.0):
-    """A Fit of AR(1) chains (lag-one correlation ``rho``), chain 1 moved by ``shift``."""
+def _synthetic(rng, chains=4, draws=1000, shift=0.0, rho=0.0, energy_walk=False):
+    """A Fit of AR(1) chains (lag-one correlation ``rho``), chain 1 moved by ``shift``;
+    ``energy_walk``: an ``energy`` statistic that moves as a random walk (E-BFMI near 0,
+    the momenta cannot move the energy: a funnel's sign)."""
     x = np.empty((chains, draws, 2))
     x[:, 0] = rng.standard_normal((chains, 2))
     for t in range(1, draws):
@@ -57,6 +59,8 @@ def _synthetic(rng, chains=4, draws=1000, shift=0.0, rho=0.0):
     x[0] += shift
     stats = {k: np.zeros((chains, draws)) for k in ("accept_stat", "step_size", "n_grad",
                                                     "divergent")}
+    if energy_walk:
+        stats["energy"] = np.cumsum(rng.standard_normal((chains, draws)), axis=1)
     return Fit(x, ["a", "b"], stats, sampler="ahmc")
 
 
@@ -69,15 +73,22 @@ class _Model:
 
 def test_no_extension_for_chains_that_disagree_or_mix_too_slowly():
     """Chains apart (R-hat well above 1.01, a low ESS), chains so slow that twice the
-    draws would still leave an ESS below 100 per chain (below 50 now), and a fit whose
-    diagnosis is clean are returned as they are."""
+    draws would still leave an ESS below 100 per chain (below 50 now), chains that mix
+    but whose energy the momenta cannot move (a low E-BFMI: more draws of the same kernel
+    do not reach what it misses), and a fit whose diagnosis is clean are returned as they
+    are."""
     rng = np.random.default_rng(7)
     fits = {"apart": _synthetic(rng, shift=1.0), "slow": _synthetic(rng, rho=0.995),
-            "slowish": _synthetic(rng, rho=0.93), "fine": _synthetic(rng)}
+            "slowish": _synthetic(rng, rho=0.93), "fine": _synthetic(rng),
+            "funnel": _synthetic(np.random.default_rng(8), shift=0.35, energy_walk=True)}
     for name, fit in fits.items():
         found = convergence.diagnose(fit)
         assert bool(found) == (name != "fine")
-        assert name == "fine" or sampling._min_ess(fit) < 50 * fit.chains
+        if name == "funnel":
+            assert found.get("rhat") and found.get("ebfmi")
+            assert sampling._min_ess(fit) >= 50 * fit.chains
+        else:
+            assert name == "fine" or sampling._min_ess(fit) < 50 * fit.chains
         fit._chain_results = [object()] * fit.chains
         assert _extend(fit, _Model(), "ahmc", 1, 1000, 1, False, 1, None, {}) is fit
         assert "extension" not in fit.metadata
