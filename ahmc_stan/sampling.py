@@ -787,17 +787,16 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
     ESS below 100 per chain while every bulk and tail ESS is at least half that
     (:data:`EXTEND_ESS_SHARE`) and no problem of :data:`EXTEND_BLOCKERS` is found (a
     divergence count only past the diagnosis's bound), else ``fit`` itself: for chains
-    that mix, R-hat's noise
-    and the ESS's shortfall are matters of draws, and twice the draws double the ESS;
-    chains that disagree, or mix too slowly for that, are left to the diagnosis (more
-    draws cannot hide chains that disagree: R-hat only gets surer).  Each chain
-    continues from its last draw with its last parameters (the sampler's
+    that mix, R-hat's noise and the ESS's shortfall are matters of draws, and twice the
+    draws double the ESS; chains that disagree, or mix too slowly for that, are left to
+    the diagnosis (more draws cannot hide chains that disagree: R-hat only gets surer).
+    Each chain continues from its last draw with its last parameters (the sampler's
     ``continue_chain``, :data:`CONTINUATIONS`); the new draws, statistics, gradients and
-    seconds are appended to the sampling phase (:func:`_concatenate`).  A fit whose chains are not all at hand (``_chain_results``),
-    or a sampler that cannot continue a chain, is returned as it is.  An extension
-    stopped before every chain made a draw is discarded (its cost too); one stopped
-    later keeps the draws every chain reached, the rest in ``metadata["extra_draws"]``,
-    and the Fit is flagged incomplete."""
+    seconds are appended to the sampling phase (:func:`_concatenate`).  A fit whose
+    chains are not all at hand (``_chain_results``), or a sampler that cannot continue a
+    chain, is returned as it is.  An extension stopped before every chain made a draw is
+    discarded (its cost too); one stopped later keeps the draws every chain reached, the
+    rest in ``metadata["extra_draws"]``, and the Fit is flagged incomplete."""
     from .convergence import ESS_PER_CHAIN_MIN, diagnose
 
     results = getattr(fit, "_chain_results", None)
@@ -835,14 +834,14 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
     after = diagnose(merged, checks=("rhat_ess",))
     record.update(rhat_after=_max_rhat(merged), min_ess_after=_min_ess(merged),
                   problems_after=after.summary(), n_grad=part.n_grad_sampling,
-                  seconds=part.time_sampling,
+                  seconds=part.time_warmup + part.time_sampling,
                   chains=[r.extras.get("continued") for r in more])
-    now = f"still {after.summary()}" if after else "now none"
+    now = f"still {after.summary()}" if after else "R-hat and ESS now pass"
     record["note"] = (
         f"{reason} with every ESS at least {floor:.0f}: each chain ran {draws} more "
         f"iterations, R-hat now {record['rhat_after']:.4f}, min ESS "
         f"{record['min_ess_after']:.0f} ({now}; {part.n_grad_sampling} gradients, "
-        f"{part.time_sampling:.3g} chain-seconds more)")
+        f"{record['seconds']:.3g} chain-seconds more)")
     merged.metadata["extension"] = record
     return merged
 
