@@ -814,14 +814,13 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
         print(f"{sampler}: {reason}, every ESS at least {floor:.0f}; running each chain "
               f"{draws} more iterations", file=sys.stderr, flush=True)
     seeds = np.random.SeedSequence([seed, EXTEND_SEED_KEY]).spawn(len(results))
-    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
     last = [ChainResult(r.positions[-1:], {k: v[-1:] for k, v in r.stats.items()}, 0, 1,
                         0.0, 0.0, extras=r.extras) for r in results]
     more, interrupted = _execute(
         [(model, sampler, c, seeds[c], None, 0, draws, progress, dict(options), 2.0,
           deadline, None, last[c]) for c in range(len(results))],
-        max(1, min(workers, len(results))))
-    record = {"draws": draws, "reason": reason, "rhat_before": _max_rhat(fit),
+        _workers(parallel, len(results)))
+    record = {"extended": False, "draws": draws, "reason": reason, "rhat_before": _max_rhat(fit),
               "min_ess_before": _min_ess(fit)}
     if any(r is None or r.n_sampling == 0 for r in more):
         record["note"] = (f"{reason}: the {draws} more draws per chain were stopped "
@@ -832,7 +831,7 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
                      thin, gq_key=3)
     merged = _concatenate(fit, part)
     after = diagnose(merged, checks=("rhat_ess",))
-    record.update(rhat_after=_max_rhat(merged), min_ess_after=_min_ess(merged),
+    record.update(extended=True, rhat_after=_max_rhat(merged), min_ess_after=_min_ess(merged),
                   problems_after=after.summary(), n_grad=part.n_grad_sampling,
                   seconds=part.time_warmup + part.time_sampling,
                   chains=[r.extras.get("continued") for r in more])
@@ -888,8 +887,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                 chain_rerun: bool, options: Mapping[str, Any], output_dir) -> Fit:
     """The chains of one :func:`tune_and_sample` call, assembled into a Fit."""
     seeds = np.random.SeedSequence(seed).spawn(chains)
-    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
-    workers = max(1, min(workers, chains))
+    workers = _workers(parallel, chains)
     streams = [None] * chains
     if output_dir is not None:
         streams = _start_output(Path(output_dir), model, sampler, chains, seed, warmup,
@@ -929,6 +927,13 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
     return fit
+
+
+def _workers(parallel, chains: int) -> int:
+    """Worker processes for ``chains`` chains (``parallel`` as :func:`tune_and_sample`
+    takes it: ``True``/``None`` as many as cores), at least 1 and at most ``chains``."""
+    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
+    return max(1, min(workers, chains))
 
 
 def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None], bool]:

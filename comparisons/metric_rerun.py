@@ -6,8 +6,9 @@ again with ``metric="diag"`` (and, if that fails the tail-rejection check, with
 the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,
 :mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
 again with a new seed; the table counts chains rerun and reruns adopted.  The extension
-(``extend=True``, the default): a fit whose R-hat is above 1.01 while its chains mix gets
-as many draws again; the table counts the fits extended.
+(``extend=True``, the default): a fit whose R-hat or ESS is flagged while its chains mix
+(every ESS at least 50 per chain, no low E-BFMI, tail rejection, divergences past 1 % or
+stuck chain) gets as many draws again; the table counts the fits extended.
 Against the old default (``ahmc:metric=low_rank``) and CmdStan's NUTS, per model: runs
 that pass the reference (all |z| ≤ 5), that converged (``Fit.diagnose()``), silent
 failures (not passing, no warning), reruns made and adopted, tail rejections not rerun
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
                       sum(len(r["chain_rerun"]["runs"]) for r in rows if r.get("chain_rerun")),
                       sum(e["adopted"] for r in rows if r.get("chain_rerun")
                           for e in r["chain_rerun"]["runs"]),
-                      sum("n_grad" in (r.get("extension") or {}) for r in rows))
+                      sum((r.get("extension") or {}).get("extended", False) for r in rows))
             ess = [r["min_ess_bulk"] for r in rows]
             table.append(
                 f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "

@@ -114,8 +114,7 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "min_ess_folded": folded,
             "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
-            "extended": float("extension" in fit.metadata
-                              and "n_grad" in fit.metadata["extension"]),
+            "extended": float(fit.metadata.get("extension", {}).get("extended", False)),
             "wall": time.perf_counter() - start}
 
 

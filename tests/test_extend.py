@@ -43,7 +43,7 @@ def test_an_extended_fit_continues_every_chain(gauss100, monkeypatch):
     for c, continued in enumerate(record["chains"]):
         assert continued["step_size"] == plain.sampler_stats["step_size"][c, -1]
         assert np.all(fit.sampler_stats["step_size"][c, 500:] == continued["step_size"])
-    assert record["rhat_before"] > 1.0 and "R-hat" in record["reason"]
+    assert record["extended"] and record["rhat_before"] > 1.0 and "R-hat" in record["reason"]
     assert "more iterations" in record["note"]
     assert_moments(fit.draws[:, 500:], np.zeros(100), SDS_100)
 
@@ -123,6 +123,7 @@ def test_a_fit_flagged_while_its_chains_mix_is_extended_only_by_samplers_that_co
     for c, job in enumerate(handed):
         np.testing.assert_array_equal(job[-1].positions, fit.draws[c, -1:, :2])
     assert fit.n_draws == 1000 and "none are kept" in fit.metadata["extension"]["note"]
+    assert fit.metadata["extension"]["extended"] is False
 
 
 def test_cli_prints_the_extension_and_can_turn_it_off(tmp_path, monkeypatch, capsys):
