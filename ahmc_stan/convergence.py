@@ -256,8 +256,8 @@ def warn_if_problems(fit, stacklevel: int = 3) -> Diagnosis:
 
 def _names(cols, fit) -> tuple[str, ...]:
     """Stan's names of the columns (``theta[1]``), as the user writes them."""
-
-    return tuple(fit.param_names[j] for j in cols)
+    names = fit.param_names  # built once: it converts every column's name
+    return tuple(names[j] for j in cols)
 
 
 def _rhat_text(v: float) -> str:

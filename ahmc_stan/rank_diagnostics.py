@@ -20,6 +20,9 @@ installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from scipy.special import ndtri
 
@@ -53,30 +56,67 @@ def _split(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[:, :, :half], x[:, :, x.shape[2] - half:]], axis=1)
 
 
+def _ties(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where sorted rows hold ties: the flat indices of the tied positions and each one's
+    rank, the mean of its tie's ranks (1-based, within its row)."""
+    k, n = ordered.shape
+    starts = np.ones((k, n), bool)
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts[:, 1:])
+    if starts.all():
+        return np.zeros(0, np.intp), np.zeros(0)
+    first = np.flatnonzero(starts)  # each row starts a run, so no run spans two rows
+    length = np.diff(np.append(first, k * n))
+    tie = length > 1
+    first, length = first[tie], length[tie]
+    column = first % n
+    mean_rank = 0.5 * (column + 1 + column + length)  # a tie spans ranks column+1 .. column+length
+    offset = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
+    return np.repeat(first, length) + offset, np.repeat(mean_rank, length)
+
+
+def _sorted(rows: np.ndarray, kind: str = "quicksort") -> tuple[np.ndarray, np.ndarray]:
+    """Each row's sorting permutation and the sorted row."""
+    order = np.argsort(rows, axis=1, kind=kind)
+    return order, np.take_along_axis(rows, order, axis=1)
+
+
 def _ranks(rows: np.ndarray) -> np.ndarray:
     """Ranks 1..n along each row, ties given their average (scipy's ``rankdata`` with
     ``method="average"``; the average does not depend on the order within a tie, so an
     unstable sort serves)."""
     k, n = rows.shape
-    order = np.argsort(rows, axis=1)
-    ordered = np.take_along_axis(rows, order, axis=1)
-    sorted_ranks = np.broadcast_to(np.arange(1.0, n + 1.0), (k, n)).copy()
-    tied = ordered[:, 1:] == ordered[:, :-1]
-    for r in np.flatnonzero(tied.any(axis=1)):  # rows with ties: each tie its mean rank
-        starts = np.flatnonzero(np.concatenate([[True], ~tied[r]]))
-        ends = np.concatenate([starts[1:], [n]])  # a tie spans ranks starts+1 .. ends
-        sorted_ranks[r] = np.repeat(0.5 * (starts + 1 + ends), ends - starts)
+    order, ordered = _sorted(rows)
+    sorted_ranks = np.tile(np.arange(1.0, n + 1.0), k)
+    tied, mean_rank = _ties(ordered)
+    sorted_ranks[tied] = mean_rank
     ranks = np.empty((k, n))
-    np.put_along_axis(ranks, order, sorted_ranks, axis=1)
+    np.put_along_axis(ranks, order, sorted_ranks.reshape(k, n), axis=1)
     return ranks
 
 
+def _scores_of_ranks(ranks: np.ndarray, n: int) -> np.ndarray:
+    """Blom's normal scores of ranks among n (``scipy.stats.norm.ppf`` is ``ndtri``)."""
+    return ndtri((ranks - _BLOM) / (n - 2 * _BLOM + 1))
+
+
+def _normal_scores(order: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """The normal scores of each row's ranks, ties averaged, in the row's own order, from
+    its sorting permutation and sorted values: the scores of ranks 1..n are one row of
+    ``ndtri`` values, scattered; only tied positions (a rejected proposal repeats a
+    draw) get scores of their own."""
+    k, n = ordered.shape
+    scores = np.tile(_scores_of_ranks(np.arange(1.0, n + 1.0), n), k)
+    tied, mean_rank = _ties(ordered)
+    scores[tied] = _scores_of_ranks(mean_rank, n)
+    out = np.empty((k, n))
+    np.put_along_axis(out, order, scores.reshape(k, n), axis=1)
+    return out
+
+
 def _z_scale(x: np.ndarray) -> np.ndarray:
-    """Normal scores of the ranks of each column's draws, ties averaged (Blom's offset;
-    ``scipy.stats.norm.ppf`` is ``ndtri``)."""
-    k, size = x.shape[0], x.shape[1] * x.shape[2]
-    rank = _ranks(x.reshape(k, size))
-    return ndtri((rank - _BLOM) / (size - 2 * _BLOM + 1)).reshape(x.shape)
+    """Normal scores of the ranks of each column's draws, ties averaged (Blom's offset)."""
+    k = x.shape[0]
+    return _normal_scores(*_sorted(x.reshape(k, -1))).reshape(x.shape)
 
 
 def _ess(x: np.ndarray) -> np.ndarray:
@@ -173,24 +213,41 @@ def _quantile_ess(x: np.ndarray, prob: float, ordered: np.ndarray) -> np.ndarray
     return _ess(_split((x <= q[:, None, None]).astype(float)))
 
 
-def _tail(x):
-    ordered = np.sort(x.reshape(x.shape[0], -1), axis=1)
+def _tail(x, ordered=None):
+    """Tail ESS; ``ordered``: each column's draws sorted, if at hand."""
+    if ordered is None:
+        ordered = np.sort(x.reshape(x.shape[0], -1), axis=1)
     low, high = _quantile_ess(x, 0.05, ordered), _quantile_ess(x, 0.95, ordered)
     return np.where(high < low, high, low)  # Python's min(low, high), nan as ArviZ
 
 
-def _rhat_rank(split: np.ndarray, z: np.ndarray) -> np.ndarray:
+def _median_of_sorted(ordered: np.ndarray) -> np.ndarray:
+    """``np.median`` of each sorted row (the middle value, or the mean of the two)."""
+    half = ordered.shape[1] // 2
+    if ordered.shape[1] % 2:
+        return ordered[:, half]
+    return ordered[:, half - 1:half + 1].mean(axis=1)
+
+
+def _rhat_rank(split: np.ndarray, order: np.ndarray, ordered: np.ndarray,
+               z: np.ndarray) -> np.ndarray:
     """The larger of the split R-hats of the normal scores ``z`` of the split draws and of
-    the folded split draws (|x − median|)."""
-    flat = split.reshape(split.shape[0], -1)
-    folded = np.abs(split - np.median(flat, axis=1)[:, None, None])
-    bulk, tail = _rhat_plain(z), _rhat_plain(_z_scale(folded))
+    the folded split draws (|x − median|).  ``order`` and ``ordered``: the split draws'
+    sorting, per column; the folded draws in that order fall to the median and rise after
+    it, two runs that a stable sort (timsort) merges in linear time."""
+    folded = np.abs(ordered - _median_of_sorted(ordered)[:, None])
+    merge, folded_sorted = _sorted(folded, kind="stable")
+    folded_z = _normal_scores(np.take_along_axis(order, merge, axis=1), folded_sorted)
+    bulk, tail = _rhat_plain(z), _rhat_plain(folded_z.reshape(split.shape))
     return np.where(tail > bulk, tail, bulk)  # Python's max(bulk, tail), nan as ArviZ
 
 
-def _split_and_scores(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _split_and_scores(x: np.ndarray):
+    """The split draws, their sorting per column (permutation, values) and their normal
+    scores, shared by the bulk ESS, the tail ESS and R-hat."""
     split = _split(x)
-    return split, _z_scale(split)
+    order, ordered = _sorted(split.reshape(split.shape[0], -1))
+    return split, order, ordered, _normal_scores(order, ordered).reshape(split.shape)
 
 
 def _mcse_mean(x):
@@ -211,7 +268,7 @@ def _mcse_sd(x):
 def ess_bulk(values: np.ndarray) -> np.ndarray:
     """``arviz.ess(values[:, :, j], method="bulk")`` for every column j of a
     ``(chain, draw, column)`` array."""
-    return _masked(_by_column(values), 1, lambda x: _ess(_split_and_scores(x)[1]))
+    return _masked(_by_column(values), 1, lambda x: _ess(_split_and_scores(x)[3]))
 
 
 def ess_tail(values: np.ndarray) -> np.ndarray:
@@ -234,6 +291,15 @@ def mcse_sd(values: np.ndarray) -> np.ndarray:
     return _masked(_by_column(values), 1, _mcse_sd)
 
 
+def _threads() -> int:
+    """The cores this process may run on: :func:`diagnostics` computes its blocks in as
+    many threads."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 #: Columns per block in :func:`diagnostics`, so that a block's temporaries stay in the
 #: caches (measured faster than all columns at once from a few hundred columns on).
 BLOCK = 32
@@ -244,9 +310,18 @@ def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
     ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split and the normal scores shared),
     :data:`BLOCK` columns at a time; nan where ArviZ gives nan, without warnings."""
     values = np.asarray(values, dtype=float)
-    with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-        blocks = [_diagnostics_block(_by_column(values[:, :, s:s + BLOCK]))
-                  for s in range(0, values.shape[2], BLOCK)]
+    starts = range(0, values.shape[2], BLOCK)
+
+    def block(start: int) -> dict[str, np.ndarray]:
+        with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
+            return _diagnostics_block(_by_column(values[:, :, start:start + BLOCK]))
+
+    workers = min(_threads(), len(starts))
+    if workers > 1:  # numpy's sorts, transforms and ufuncs release the GIL
+        with ThreadPoolExecutor(workers) as pool:
+            blocks = list(pool.map(block, starts))
+    else:
+        blocks = [block(start) for start in starts]
     return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in KEYS}
 
 
@@ -255,13 +330,14 @@ def _diagnostics_block(x: np.ndarray) -> dict[str, np.ndarray]:
     ok = _valid(x, 1)
     if ok.any():
         y = x[ok]
-        split, z = _split_and_scores(y)
+        split, order, ordered, z = _split_and_scores(y)
         out["ess_bulk"][ok] = _ess(z)
-        out["ess_tail"][ok] = _tail(y)
+        # An even number of draws: the split holds them all, so their sort serves.
+        out["ess_tail"][ok] = _tail(y, ordered if y.shape[2] % 2 == 0 else None)
         out["mcse_mean"][ok] = _mcse_mean(y)
         out["mcse_sd"][ok] = _mcse_sd(y)
         if x.shape[1] >= 2:  # R-hat needs two chains (_valid(x, 2))
-            out["r_hat"][ok] = _rhat_rank(split, z)
+            out["r_hat"][ok] = _rhat_rank(split, order, ordered, z)
     return out
 
 

@@ -1,13 +1,17 @@
 """The Fit's convergence diagnostics, vectorised against ArviZ, alone and in a user's run:
 
     python benchmarks/bench_diagnostics.py [--models std10,pima,neal100,gp51]
-        [--columns 10,100,1000] [--repeats 3] [--seed 1]
+        [--columns 10,100,1000] [--repeats 3] [--seed 1] [--baseline REV]
 
 1. **Alone**: ``rank_diagnostics.diagnostics`` (bulk and tail ESS, rank-normalised
    R-hat, MCSE of mean and sd, every column at once) against ``arviz_diagnostics``
    (ArviZ's own functions, one column at a time) on the same AR(1) draws, 4 chains ×
    1000, at each number of columns: seconds of each (ArviZ warm, after one call) and the
-   largest relative difference.
+   largest relative difference.  With ``--baseline REV`` (a git revision), also
+   ``rank_diagnostics.diagnostics`` as it was at REV, timed alternately with today's on
+   the same draws (the best of 7 calls each), on AR(1) draws and on AR(1) draws of which
+   a fifth repeat the draw before, as a rejected proposal leaves them (ties), with
+   whether the two give the same values bit for bit.
 2. **A new user's first run**: in a fresh Python process per run, ``import ahmc_stan``,
    the (cached) model, then ``tune_and_sample(model, seed=...)`` with its defaults.
    Reported: that call's wall time, the chains' own seconds (warmup + sampling, summed
@@ -35,7 +39,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ahmc_stan.comparison import to_markdown  # noqa: E402
-from ahmc_stan.rank_diagnostics import arviz_diagnostics, diagnostics  # noqa: E402
+from ahmc_stan.rank_diagnostics import _threads, arviz_diagnostics, diagnostics  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -90,6 +94,54 @@ def alone(columns: list[int], seed: int) -> list[dict]:
     return rows
 
 
+def with_repeats(rng, x: np.ndarray, fraction: float) -> np.ndarray:
+    """``x`` with a ``fraction`` of its draws repeating the draw before (rejections)."""
+    x = x.copy()
+    for t in np.arange(1, x.shape[1]):
+        keep = rng.uniform(size=(x.shape[0], x.shape[2])) < fraction
+        x[:, t] = np.where(keep, x[:, t - 1], x[:, t])
+    return x
+
+
+def baseline_module(rev: str):
+    """``ahmc_stan/rank_diagnostics.py`` as it was at git revision ``rev``."""
+    import importlib.util
+    import tempfile
+
+    text = subprocess.run(["git", "show", f"{rev}:ahmc_stan/rank_diagnostics.py"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "rank_diagnostics_baseline.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("rank_diagnostics_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def against_baseline(columns: list[int], seed: int, rev: str) -> list[dict]:
+    old = baseline_module(rev).diagnostics
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in columns:
+        x = ar1_draws(rng, 4, 1000, k)
+        for label, draws in (("AR(1)", x), ("AR(1), 20 % repeated", with_repeats(rng, x, 0.2))):
+            a, b = old(draws), diagnostics(draws)
+            same = all(np.array_equal(a[key], b[key], equal_nan=True) for key in a)
+            t_old, t_new = [], []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                old(draws)
+                t1 = time.perf_counter()
+                diagnostics(draws)
+                t2 = time.perf_counter()
+                t_old.append(t1 - t0)
+                t_new.append(t2 - t1)
+            rows.append({"columns": k, "draws": label, f"{rev} s": min(t_old),
+                         "now s": min(t_new), "speed-up": min(t_old) / min(t_new),
+                         "same values": same})
+    return rows
+
+
 def user_run(model: str, seed: int, how: str) -> dict:
     code = CHILD.format(root=str(ROOT), bench=str(ROOT / "benchmarks"))
     out = subprocess.run([sys.executable, "-c", code, model, str(seed), how],
@@ -103,9 +155,16 @@ def main(argv=None) -> None:
     ap.add_argument("--columns", default="10,100,1000")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline", default=None,
+                    help="a git revision whose diagnostics to time beside today's")
     args = ap.parse_args(argv)
     first = alone([int(c) for c in args.columns.split(",")], args.seed)
     print(to_markdown(pd.DataFrame(first)))
+    before = []
+    if args.baseline:
+        before = against_baseline([int(c) for c in args.columns.split(",")], args.seed,
+                                  args.baseline)
+        print(to_markdown(pd.DataFrame(before)))
     runs = []
     for model in args.models.split(","):
         for r in range(args.repeats):
@@ -131,8 +190,9 @@ def main(argv=None) -> None:
     print(to_markdown(pd.DataFrame(summary)))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_diagnostics"
-    out.with_suffix(".json").write_text(json.dumps({"alone": first, "runs": runs,
-                                                    "summary": summary}, indent=1))
+    out.with_suffix(".json").write_text(json.dumps({"alone": first, "baseline": before,
+                                                    "runs": runs, "summary": summary},
+                                                   indent=1))
     command = "python benchmarks/bench_diagnostics.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     out.with_suffix(".md").write_text(
@@ -140,6 +200,9 @@ def main(argv=None) -> None:
         f"`{command.strip()}`, {time.strftime('%Y-%m-%d')}\n\n"
         "## The five diagnostics alone (4 chains × 1000 AR(1) draws)\n\n"
         + to_markdown(pd.DataFrame(first))
+        + (f"\n\n## Against {args.baseline}'s, alternately (best of 7 calls; "
+           f"{_threads()} threads now)\n\n" + to_markdown(pd.DataFrame(before))
+           if before else "")
         + "\n\n## A new user's first run, medians (fresh process each)\n\n"
         + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n"
         + to_markdown(pd.DataFrame(runs)) + "\n")
