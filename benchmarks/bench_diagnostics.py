@@ -2,6 +2,7 @@
 
     python benchmarks/bench_diagnostics.py [--models std10,pima,neal100,gp51]
         [--columns 10,100,1000] [--repeats 3] [--seed 1] [--baseline REV]
+        [--fits sv,lgcp]
 
 1. **Alone**: ``rank_diagnostics.diagnostics`` (bulk and tail ESS, rank-normalised
    R-hat, MCSE of mean and sd, every column at once) against ``arviz_diagnostics``
@@ -19,6 +20,15 @@
    is done twice, alternately, once as shipped and once with the Fit's diagnostics
    computed by ArviZ as before (``ahmc_stan.fit._diagnostics`` replaced by
    ``arviz_diagnostics`` in that process), ``--repeats`` times.
+
+3. **A large fit's whole diagnosis** (with ``--baseline REV``): one AHMC fit (defaults,
+   ``--seed``) of each of ``--fits`` (models of ``comparisons/nuts_peers.py``; default
+   the suite's two latent fields, SV with 1003 parameters and the LGCP with 1024),
+   pickled; then ``fit.diagnose()`` on it, its cache cleared, in a fresh process of
+   today's code, of today's code on one thread and of REV's (a git worktree), in turn,
+   ``--repeats`` times each:
+   the seconds of the process's first call (as a run diagnoses its fit once, on fresh
+   memory) and of the best of its 3 calls, and whether the two reports agree.
 
 Writes ``benchmarks/results/bench_diagnostics.md`` and ``.json``.
 """
@@ -142,6 +152,79 @@ def against_baseline(columns: list[int], seed: int, rev: str) -> list[dict]:
     return rows
 
 
+#: Run in a fresh process: argv = the pickled fit, "1" for one thread.  Prints seconds
+#: and the report.
+DIAGNOSE = r"""
+import json, pickle, sys, time, warnings
+sys.path.insert(0, {root!r})
+import ahmc_stan
+import ahmc_stan.convergence, ahmc_stan.rank_diagnostics  # imported before the clock starts
+if sys.argv[2] == "1":  # today's code on one thread
+    ahmc_stan.rank_diagnostics._threads = lambda: 1
+fit = pickle.load(open(sys.argv[1], "rb"))
+times = []
+for _ in range(3):
+    fit._diag_cache = None
+    t = time.perf_counter()
+    report = fit.diagnose()
+    times.append(time.perf_counter() - t)
+print(json.dumps({{"first_s": times[0], "best_s": min(times), "report": str(report)}}))
+"""
+
+
+def whole_diagnosis(models: list[str], seed: int, rev: str, repeats: int) -> list[dict]:
+    import pickle
+    import tempfile
+    import warnings
+
+    sys.path.insert(0, str(ROOT / "comparisons"))
+    import ahmc_stan
+    from nuts_peers import load
+
+    tmp = Path(tempfile.mkdtemp())
+    tree = tmp / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                   capture_output=True, check=True)
+    rows = []
+    try:
+        for name in models:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit = ahmc_stan.tune_and_sample(load(name), seed=seed, progress=False,
+                                                diagnose=False)
+            path = tmp / f"{name}.pkl"
+            path.write_bytes(pickle.dumps(fit))
+            variants = [("now", ROOT, "0"), ("now, one thread", ROOT, "1"), (rev, tree, "0")]
+            for r in range(repeats):
+                for label, root, one in variants[r % 3:] + variants[:r % 3]:
+                    out = subprocess.run(
+                        [sys.executable, "-c", DIAGNOSE.format(root=str(root)), str(path),
+                         one], capture_output=True, text=True, check=True)
+                    got = json.loads(out.stdout.strip().splitlines()[-1])
+                    rows.append({"model": name, "columns": fit.draws.shape[2],
+                                 "repeat": r + 1, "code": label,
+                                 "first s": got["first_s"], "best s": got["best_s"],
+                                 "report": got["report"]})
+                    print({k: v for k, v in rows[-1].items() if k != "report"}, flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                       capture_output=True)
+    summary = []
+    for name in models:
+        mine = [r for r in rows if r["model"] == name]
+        row = {"model": name, "columns": mine[0]["columns"]}
+        for key in ("first s", "best s"):
+            then = np.median([r[key] for r in mine if r["code"] == rev])
+            row[f"{key[:-2]}: {rev} s"] = float(then)
+            for label in ("now", "now, one thread"):
+                now = np.median([r[key] for r in mine if r["code"] == label])
+                row[f"{key[:-2]}: {label} s"] = float(now)
+                row[f"{key[:-2]}: speed-up ({label})"] = float(then / now)
+        row["same report"] = len({r["report"] for r in mine}) == 1
+        summary.append(row)
+    return summary
+
+
 def user_run(model: str, seed: int, how: str) -> dict:
     code = CHILD.format(root=str(ROOT), bench=str(ROOT / "benchmarks"))
     out = subprocess.run([sys.executable, "-c", code, model, str(seed), how],
@@ -157,6 +240,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline", default=None,
                     help="a git revision whose diagnostics to time beside today's")
+    ap.add_argument("--fits", default="sv,lgcp",
+                    help="models whose whole diagnosis to time (with --baseline)")
     args = ap.parse_args(argv)
     first = alone([int(c) for c in args.columns.split(",")], args.seed)
     print(to_markdown(pd.DataFrame(first)))
@@ -165,8 +250,13 @@ def main(argv=None) -> None:
         before = against_baseline([int(c) for c in args.columns.split(",")], args.seed,
                                   args.baseline)
         print(to_markdown(pd.DataFrame(before)))
+    whole = []
+    if args.baseline and args.fits:
+        whole = whole_diagnosis(args.fits.split(","), args.seed, args.baseline,
+                                args.repeats)
+        print(to_markdown(pd.DataFrame(whole)))
     runs = []
-    for model in args.models.split(","):
+    for model in [m for m in args.models.split(",") if m]:
         for r in range(args.repeats):
             for how in ("vectorised", "arviz") if r % 2 == 0 else ("arviz", "vectorised"):
                 row = {"model": model, "repeat": r + 1, "diagnostics": how,
@@ -174,7 +264,7 @@ def main(argv=None) -> None:
                 print(row, flush=True)
                 runs.append(row)
     summary = []
-    for model in args.models.split(","):
+    for model in [m for m in args.models.split(",") if m]:
         mine = {how: [r for r in runs if r["model"] == model and r["diagnostics"] == how]
                 for how in ("vectorised", "arviz")}
         med = {how: {k: float(np.median([r[k] for r in rs]))
@@ -190,7 +280,7 @@ def main(argv=None) -> None:
     print(to_markdown(pd.DataFrame(summary)))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_diagnostics"
-    out.with_suffix(".json").write_text(json.dumps({"alone": first, "baseline": before,
+    out.with_suffix(".json").write_text(json.dumps({"alone": first, "baseline": before, "whole": whole,
                                                     "runs": runs, "summary": summary},
                                                    indent=1))
     command = "python benchmarks/bench_diagnostics.py " + " ".join(
@@ -203,6 +293,9 @@ def main(argv=None) -> None:
         + (f"\n\n## Against {args.baseline}'s, alternately (best of 7 calls; "
            f"{_threads()} threads now)\n\n" + to_markdown(pd.DataFrame(before))
            if before else "")
+        + (f"\n\n## A large fit's `diagnose()`, {args.baseline}'s code against now "
+           f"(fresh processes, medians of {args.repeats})\n\n"
+           + to_markdown(pd.DataFrame(whole)) if whole else "")
         + "\n\n## A new user's first run, medians (fresh process each)\n\n"
         + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n"
         + to_markdown(pd.DataFrame(runs)) + "\n")
