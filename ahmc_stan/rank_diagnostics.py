@@ -13,7 +13,9 @@ ties averaged), Blom's normal scores, ArviZ's FFT autocovariance along the draws
 its quantiles (R's type 7, scipy's ``mquantiles`` formula), and Geyer's truncation
 written over all columns at once.  The truncation of Geyer's initial positive sequence
 (Geyer 1992, as in Stan) stops at the first pair of autocorrelations whose sum is not
-positive; the monotone sequence is then the running minimum of the pair sums.  Results
+positive; the monotone sequence is then the running minimum of the pair sums.  Each
+column's split draws are sorted once, for the normal scores, the tail quantiles and the
+folded draws' ranks; blocks of columns run in threads.  Results
 equal ArviZ's to rounding (``tests/test_rank_diagnostics.py`` checks them against the
 installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
 """

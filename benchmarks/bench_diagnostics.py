@@ -280,9 +280,9 @@ def main(argv=None) -> None:
     print(to_markdown(pd.DataFrame(summary)))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_diagnostics"
-    out.with_suffix(".json").write_text(json.dumps({"alone": first, "baseline": before, "whole": whole,
-                                                    "runs": runs, "summary": summary},
-                                                   indent=1))
+    out.with_suffix(".json").write_text(json.dumps(
+        {"alone": first, "baseline": before, "whole": whole, "runs": runs,
+         "summary": summary}, indent=1))
     command = "python benchmarks/bench_diagnostics.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     out.with_suffix(".md").write_text(
