@@ -293,13 +293,18 @@ def mcse_sd(values: np.ndarray) -> np.ndarray:
     return _masked(_by_column(values), 1, _mcse_sd)
 
 
+#: At most this many threads: a block's temporaries take about 15 MB at peak (4 × 1000 draws).
+MAX_THREADS = 8
+
+
 def _threads() -> int:
-    """The cores this process may run on: :func:`diagnostics` computes its blocks in as
-    many threads."""
+    """The cores this process may run on, at most :data:`MAX_THREADS`: :func:`diagnostics`
+    computes its blocks in as many threads."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
 
 
 #: Columns per block in :func:`diagnostics`, so that a block's temporaries stay in the
