@@ -2,7 +2,7 @@
 
     python benchmarks/bench_diagnostics.py [--models std10,pima,neal100,gp51]
         [--columns 10,100,1000] [--repeats 3] [--seed 1] [--baseline REV]
-        [--fits sv,lgcp]
+        [--fits sv,lgcp] [--calls sv]
 
 1. **Alone**: ``rank_diagnostics.diagnostics`` (bulk and tail ESS, rank-normalised
    R-hat, MCSE of mean and sd, every column at once) against ``arviz_diagnostics``
@@ -30,6 +30,12 @@
    the seconds of the process's first call (as a run diagnoses its fit once, on fresh
    memory) and of the best of its 3 calls, and whether the two reports agree.
 
+4. **A whole call, as a user waits for it** (with ``--baseline REV``):
+   ``tune_and_sample(model, seed=--seed)`` of each of ``--calls`` (default SV) in a
+   fresh process of today's code and of REV's, alternately, ``--repeats`` times each:
+   the call's wall time, the chains' own seconds, the wall time less the chains' share
+   of it (chain-seconds over the cores), and whether both gave the same draws.
+
 Writes ``benchmarks/results/bench_diagnostics.md`` and ``.json``.
 """
 
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -172,6 +179,60 @@ print(json.dumps({{"first_s": times[0], "best_s": min(times), "report": str(repo
 """
 
 
+#: Run in a fresh process: argv = model name, seed.  Prints the call's seconds.
+CALL = r"""
+import json, sys, time, warnings
+sys.path.insert(0, {root!r}); sys.path.insert(0, {root!r} + "/comparisons")
+warnings.simplefilter("ignore")
+import ahmc_stan
+import ahmc_stan.convergence, ahmc_stan.rank_diagnostics  # imported before the clock starts
+from nuts_peers import load
+model = load(sys.argv[1])
+t = time.perf_counter()
+fit = ahmc_stan.tune_and_sample(model, seed=int(sys.argv[2]), progress=False)
+wall = time.perf_counter() - t
+print(json.dumps({{"wall_s": wall, "chain_s": float(fit.time_warmup + fit.time_sampling),
+                  "draws_sum": float(fit.draws.sum())}}))
+"""
+
+
+def whole_calls(models: list[str], seed: int, rev: str, repeats: int) -> list[dict]:
+    import tempfile
+
+    tree = Path(tempfile.mkdtemp()) / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                   capture_output=True, check=True)
+    cores = os.cpu_count() or 1
+    rows = []
+    try:
+        for name in models:
+            for r in range(repeats):
+                for label, root in ((("now", ROOT), (rev, tree)) if r % 2 == 0
+                                    else ((rev, tree), ("now", ROOT))):
+                    out = subprocess.run(
+                        [sys.executable, "-c", CALL.format(root=str(root)), name, str(seed)],
+                        capture_output=True, text=True, check=True)
+                    got = json.loads(out.stdout.strip().splitlines()[-1])
+                    rows.append({"model": name, "repeat": r + 1, "code": label, **got,
+                                 "wall less chains s":
+                                     got["wall_s"] - got["chain_s"] / min(cores, 4)})
+                    print(rows[-1], flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                       capture_output=True)
+    summary = []
+    for name in models:
+        mine = [r for r in rows if r["model"] == name]
+        row = {"model": name}
+        for key in ("wall_s", "chain_s", "wall less chains s"):
+            for label in (rev, "now"):
+                row[f"{key} ({label})"] = float(np.median(
+                    [r[key] for r in mine if r["code"] == label]))
+        row["same draws"] = len({r["draws_sum"] for r in mine}) == 1
+        summary.append(row)
+    return summary
+
+
 def whole_diagnosis(models: list[str], seed: int, rev: str, repeats: int) -> list[dict]:
     import pickle
     import tempfile
@@ -242,6 +303,8 @@ def main(argv=None) -> None:
                     help="a git revision whose diagnostics to time beside today's")
     ap.add_argument("--fits", default="sv,lgcp",
                     help="models whose whole diagnosis to time (with --baseline)")
+    ap.add_argument("--calls", default="sv",
+                    help="models whose whole tune_and_sample to time (with --baseline)")
     args = ap.parse_args(argv)
     first = alone([int(c) for c in args.columns.split(",")], args.seed)
     print(to_markdown(pd.DataFrame(first)))
@@ -255,6 +318,10 @@ def main(argv=None) -> None:
         whole = whole_diagnosis(args.fits.split(","), args.seed, args.baseline,
                                 args.repeats)
         print(to_markdown(pd.DataFrame(whole)))
+    calls = []
+    if args.baseline and args.calls:
+        calls = whole_calls(args.calls.split(","), args.seed, args.baseline, args.repeats)
+        print(to_markdown(pd.DataFrame(calls)))
     runs = []
     for model in [m for m in args.models.split(",") if m]:
         for r in range(args.repeats):
@@ -281,7 +348,7 @@ def main(argv=None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_diagnostics"
     out.with_suffix(".json").write_text(json.dumps(
-        {"alone": first, "baseline": before, "whole": whole, "runs": runs,
+        {"alone": first, "baseline": before, "whole": whole, "calls": calls, "runs": runs,
          "summary": summary}, indent=1))
     command = "python benchmarks/bench_diagnostics.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
@@ -296,6 +363,10 @@ def main(argv=None) -> None:
         + (f"\n\n## A large fit's `diagnose()`, {args.baseline}'s code against now "
            f"(fresh processes, medians of {args.repeats})\n\n"
            + to_markdown(pd.DataFrame(whole)) if whole else "")
+        + (f"\n\n## A whole `tune_and_sample`, {args.baseline}'s code against now "
+           f"(fresh processes, alternating, medians of {args.repeats}; the chains' share "
+           "of the wall time taken as chain-seconds over min(cores, 4))\n\n"
+           + to_markdown(pd.DataFrame(calls)) if calls else "")
         + "\n\n## A new user's first run, medians (fresh process each)\n\n"
         + to_markdown(pd.DataFrame(summary)) + "\n\n## Every run\n\n"
         + to_markdown(pd.DataFrame(runs)) + "\n")
