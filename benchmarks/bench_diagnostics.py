@@ -42,6 +42,7 @@ Writes ``benchmarks/results/bench_diagnostics.md`` and ``.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -196,30 +197,41 @@ print(json.dumps({{"wall_s": wall, "chain_s": float(fit.time_warmup + fit.time_s
 """
 
 
-def whole_calls(models: list[str], seed: int, rev: str, repeats: int) -> list[dict]:
+@contextlib.contextmanager
+def worktree(rev: str):
+    """A git worktree of ``rev`` in a temporary folder, removed afterwards."""
     import tempfile
 
     tree = Path(tempfile.mkdtemp()) / "baseline"
     subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
                    capture_output=True, check=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                       capture_output=True)
+
+
+def child(code: str, root: Path, *args: str) -> dict:
+    """Run ``code`` (formatted with ``root``) in a fresh Python; its last line's JSON."""
+    out = subprocess.run([sys.executable, "-c", code.format(root=str(root)), *args],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def whole_calls(models: list[str], seed: int, rev: str, repeats: int) -> list[dict]:
     cores = os.cpu_count() or 1
     rows = []
-    try:
+    with worktree(rev) as tree:
         for name in models:
             for r in range(repeats):
                 for label, root in ((("now", ROOT), (rev, tree)) if r % 2 == 0
                                     else ((rev, tree), ("now", ROOT))):
-                    out = subprocess.run(
-                        [sys.executable, "-c", CALL.format(root=str(root)), name, str(seed)],
-                        capture_output=True, text=True, check=True)
-                    got = json.loads(out.stdout.strip().splitlines()[-1])
+                    got = child(CALL, root, name, str(seed))
                     rows.append({"model": name, "repeat": r + 1, "code": label, **got,
                                  "wall less chains s":
                                      got["wall_s"] - got["chain_s"] / min(cores, 4)})
                     print(rows[-1], flush=True)
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                       capture_output=True)
     summary = []
     for name in models:
         mine = [r for r in rows if r["model"] == name]
@@ -243,11 +255,8 @@ def whole_diagnosis(models: list[str], seed: int, rev: str, repeats: int) -> lis
     from nuts_peers import load
 
     tmp = Path(tempfile.mkdtemp())
-    tree = tmp / "baseline"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
-                   capture_output=True, check=True)
     rows = []
-    try:
+    with worktree(rev) as tree:
         for name in models:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -258,18 +267,12 @@ def whole_diagnosis(models: list[str], seed: int, rev: str, repeats: int) -> lis
             variants = [("now", ROOT, "0"), ("now, one thread", ROOT, "1"), (rev, tree, "0")]
             for r in range(repeats):
                 for label, root, one in variants[r % 3:] + variants[:r % 3]:
-                    out = subprocess.run(
-                        [sys.executable, "-c", DIAGNOSE.format(root=str(root)), str(path),
-                         one], capture_output=True, text=True, check=True)
-                    got = json.loads(out.stdout.strip().splitlines()[-1])
+                    got = child(DIAGNOSE, root, str(path), one)
                     rows.append({"model": name, "columns": fit.draws.shape[2],
                                  "repeat": r + 1, "code": label,
                                  "first s": got["first_s"], "best s": got["best_s"],
                                  "report": got["report"]})
                     print({k: v for k, v in rows[-1].items() if k != "report"}, flush=True)
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                       capture_output=True)
     summary = []
     for name in models:
         mine = [r for r in rows if r["model"] == name]
