@@ -82,37 +82,33 @@ def _sorted(rows: np.ndarray, kind: str = "quicksort") -> tuple[np.ndarray, np.n
     return order, np.take_along_axis(rows, order, axis=1)
 
 
+def _rank_transform(order: np.ndarray, ordered: np.ndarray, f=lambda ranks: ranks
+                    ) -> np.ndarray:
+    """``f`` of each row's ranks 1..n, ties given their average, in the row's own order,
+    from its sorting permutation and sorted values: ``f`` of ranks 1..n once, scattered
+    by the permutation; only tied positions (a rejected proposal repeats a draw) get
+    ``f`` of their mean rank."""
+    k, n = ordered.shape
+    values = np.tile(f(np.arange(1.0, n + 1.0)), k)
+    tied, mean_rank = _ties(ordered)
+    values[tied] = f(mean_rank)
+    out = np.empty((k, n))
+    np.put_along_axis(out, order, values.reshape(k, n), axis=1)
+    return out
+
+
 def _ranks(rows: np.ndarray) -> np.ndarray:
     """Ranks 1..n along each row, ties given their average (scipy's ``rankdata`` with
     ``method="average"``; the average does not depend on the order within a tie, so an
     unstable sort serves)."""
-    k, n = rows.shape
-    order, ordered = _sorted(rows)
-    sorted_ranks = np.tile(np.arange(1.0, n + 1.0), k)
-    tied, mean_rank = _ties(ordered)
-    sorted_ranks[tied] = mean_rank
-    ranks = np.empty((k, n))
-    np.put_along_axis(ranks, order, sorted_ranks.reshape(k, n), axis=1)
-    return ranks
-
-
-def _scores_of_ranks(ranks: np.ndarray, n: int) -> np.ndarray:
-    """Blom's normal scores of ranks among n (``scipy.stats.norm.ppf`` is ``ndtri``)."""
-    return ndtri((ranks - _BLOM) / (n - 2 * _BLOM + 1))
+    return _rank_transform(*_sorted(rows))
 
 
 def _normal_scores(order: np.ndarray, ordered: np.ndarray) -> np.ndarray:
-    """The normal scores of each row's ranks, ties averaged, in the row's own order, from
-    its sorting permutation and sorted values: the scores of ranks 1..n are one row of
-    ``ndtri`` values, scattered; only tied positions (a rejected proposal repeats a
-    draw) get scores of their own."""
-    k, n = ordered.shape
-    scores = np.tile(_scores_of_ranks(np.arange(1.0, n + 1.0), n), k)
-    tied, mean_rank = _ties(ordered)
-    scores[tied] = _scores_of_ranks(mean_rank, n)
-    out = np.empty((k, n))
-    np.put_along_axis(out, order, scores.reshape(k, n), axis=1)
-    return out
+    """Blom's normal scores of each row's ranks, ties averaged (``scipy.stats.norm.ppf``
+    is ``ndtri``)."""
+    n = ordered.shape[1]
+    return _rank_transform(order, ordered, lambda r: ndtri((r - _BLOM) / (n - 2 * _BLOM + 1)))
 
 
 def _z_scale(x: np.ndarray) -> np.ndarray:
