@@ -77,6 +77,9 @@ from typing import Any
 
 import numpy as np
 
+from .tuning.tail_rejection import (TAIL_FRACTION, TAIL_REJECTION_MIN, TAIL_REJECTION_RATIO,
+                                    tail_rejections)
+
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
            "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
            "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN",
@@ -108,13 +111,6 @@ STEP_SIZE_SPREAD_MAX = 10.0
 #: A chain whose bulk ESS in one of the least-mixed parameters is below this fraction of
 #: the other chains' median (and below ESS_PER_CHAIN_MIN) mixes far slower than they do.
 SLOW_CHAIN_FRACTION = 0.2
-#: A parameter's tails for the tail-rejection check: its lowest and highest this fraction
-#: of the pooled draws.
-TAIL_FRACTION = 0.1
-#: Transitions from a tail rejected at least this often ...
-TAIL_REJECTION_MIN = 0.25
-#: ... and at least this many times as often as from the parameter's central half.
-TAIL_REJECTION_RATIO = 2.5
 #: Problem kinds that always mean the draws have not converged ("divergences" does
 #: above DIVERGENCE_UNCONVERGED_FRACTION).
 CONVERGENCE_KINDS = ("rhat", "ess_bulk", "ess_tail", "stuck_chain", "tail_rejection")
@@ -616,25 +612,14 @@ def _check_tail_rejection(fit):
     rej = 1.0 - np.asarray(st["accept_stat"], dtype=float)[:, 1:].reshape(-1, 1)
     if not np.isfinite(rej).all():
         return []
-    q = np.quantile(x, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=0)
-    regions = {"low": x <= q[0], "high": x >= q[3], "mid": (x > q[1]) & (x < q[2])}
-    n = {r: m.sum(axis=0) for r, m in regions.items()}
-    rate = {r: (rej * m).sum(axis=0) / np.maximum(n[r], 1) for r, m in regions.items()}
-    floor = 0.01  # a central half that never rejects: count it as 1 % for the ratio
-    found = []
-    for side in ("low", "high"):
-        ok = (n[side] >= 10) & (n[side] <= 0.5 * x.shape[0]) & (n["mid"] >= 10)
-        ratio = rate[side] / np.maximum(rate["mid"], floor)
-        bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= TAIL_REJECTION_RATIO)
-        found += [(float(ratio[i]), int(i), side) for i in np.flatnonzero(bad)]
+    found = tail_rejections(x, rej)
     if not found:
         return []
-    found.sort(reverse=True)
     found = found[:_WORST]
-    names = _names(cols[[i for _, i, _ in found]], fit)
+    names = _names(cols[[f.column for f in found]], fit)
     listing = "; ".join(
-        f"{name}'s {side} tail {100 * rate[side][i]:.0f}% against {100 * rate['mid'][i]:.0f}%"
-        for name, (_, i, side) in zip(names, found))
+        f"{name}'s {f.side} tail {100 * f.rate:.0f}% against {100 * f.mid_rate:.0f}%"
+        for name, f in zip(names, found))
     return [Problem(
         "tail_rejection", f"Transitions starting in a tail of these parameters (their "
         f"lowest or highest {100 * TAIL_FRACTION:g}% of draws) were rejected far more often "
@@ -643,7 +628,7 @@ def _check_tail_rejection(fit):
         "spread and the tail quantiles of such parameters can be under-estimated. Try "
         "metric='diag' (AHMC: its smaller steps reach such tails), a higher adapt_delta "
         "(e.g. 0.95) or a reparameterisation.",
-        columns=names, value=found[0][0], threshold=TAIL_REJECTION_RATIO,
+        columns=names, value=found[0].ratio, threshold=TAIL_REJECTION_RATIO,
         convergence=True)]
 
 

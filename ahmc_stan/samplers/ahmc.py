@@ -19,6 +19,9 @@ One chain runs in two warmup phases and a sampling phase:
    squared jump ``‖x_{t+1} − x_t‖²_M`` measured in the adapted metric's norm (plain
    Euclidean with the identity metric, as in the paper), so that coordinates on large
    scales do not drown the others.
+   About halfway through, a chain whose draws so far show rejections concentrated in a
+   parameter's tail re-adapts ε* at ``adapt_delta=0.95`` and restarts the tuner in
+   [ε*/4, ε*] (:func:`run_tuned_chain`, ``tail_check``).
 3. **Sampling**, by default with the paper's *infinite adaptation*: the tuner keeps running
    with vanishing probability p_i of moving; ``adapt_during_sampling=False`` freezes it at
    its current γ.
@@ -41,6 +44,7 @@ the Python tuner (the reference), with a call into C++ per move.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -48,6 +52,7 @@ import numpy as np
 from ..hmc import HMCKernel, HMCParameters
 from ..metric import from_record, metric_record
 from ..tuning import Box, Dimension, NativeBayesOptTuner
+from ..tuning.tail_rejection import tail_rejections
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.hmc_warmup import METRICS, auto_metric, hmc_warmup
 from .chain import ChainRecorder, ChainResult
@@ -61,15 +66,20 @@ __all__ = ["run_chain", "continue_chain", "run_tuned_chain", "hmc_blocks",
 
 #: The names of γ = (ε, L) in AHMC's box.
 GAMMA = ("step_size", "num_steps")
+#: The tail check (:func:`run_tuned_chain`): the acceptance statistic its step-size
+#: adaptation aims at (that of the fit's second rerun, ``sampling.RERUN_STEPS``) ...
+TAIL_ADAPT_DELTA = 0.95
+#: ... and the fewest tuning-phase iterations with which it runs.
+TAIL_CHECK_MIN_TUNING = 200
 
 
 def default_box(reference_step_size: float, max_num_steps: int = 1000,
-                min_num_steps: int = 1) -> Box:
-    """Γ derived from the reference step size ε* (see the module docstring), L from
-    ``min_num_steps`` (at most ``L_max``)."""
+                min_num_steps: int = 1, high: float = 1.5) -> Box:
+    """Γ derived from the reference step size ε* (see the module docstring), ε up to
+    ``high`` ε*, L from ``min_num_steps`` (at most ``L_max``)."""
     eps = reference_step_size
     l_max = int(np.clip(math.ceil(2 * math.pi / eps), 10, max_num_steps))
-    return Box([Dimension(GAMMA[0], eps / 4, 1.5 * eps),
+    return Box([Dimension(GAMMA[0], eps / 4, high * eps),
                 Dimension(GAMMA[1], min(max(1, min_num_steps), l_max), l_max,
                           integer=True)])
 
@@ -91,15 +101,15 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
                  notes: Callable[[dict], None] | None = None, extra_window: int = 0,
                  call_iterations: int | None = None, call_grads: float = math.inf,
-                 grad_init: bool = False, path_length: float = 2.0):
+                 grad_init: bool = False, path_length: float = 2.0, phase: int = 0):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
-    phase 0; ``progress(rec.n)`` after every call into the kernel; ``notes``,
+    ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)`` after every call into the kernel; ``notes``,
     ``extra_window``, ``call_iterations``, ``call_grads``, ``grad_init`` and
     ``path_length`` as ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
-                phase=0)
+                phase=phase)
 
     return hmc_warmup(kernel, rng, state, n_iter, metric, record,
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
@@ -140,8 +150,8 @@ def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
 def run_native_tuned_blocks(tuned: Callable, tuner: NativeBayesOptTuner,
                             rec: ChainRecorder, *, warmup: int, draws: int,
                             options: TuningOptions, progress: Callable[[int], None],
-                            callback: Callable | None = None) -> None:
-    """Algorithm 2's blocks from ``rec.n`` to ``warmup + draws`` iterations as
+                            callback: Callable | None = None, end: int | None = None) -> None:
+    """Algorithm 2's blocks from ``rec.n`` to ``warmup + draws`` iterations (or ``end``) as
     :func:`~.tuned_blocks.run_tuned_blocks` runs them, but with the blocks, their rewards
     and the tuner's moves in C++ (``tuned``: a ``run_block.tuned`` of :func:`hmc_blocks`
     or :func:`~.ohmc.ghmc_blocks`): each call runs to the end of the phase, through the
@@ -150,15 +160,22 @@ def run_native_tuned_blocks(tuned: Callable, tuner: NativeBayesOptTuner,
     only records, reports progress and marks the start of sampling.  ``callback(rec)``
     runs after every call."""
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
-    per_call = max(1, call_iterations(warmup, draws) // m) * m  # whole blocks
-    while rec.n < warmup + draws:
+    per_call = whole_blocks_per_call(warmup, draws, m)
+    end = warmup + draws if end is None else end
+    while rec.n < end:
         in_warmup = next_phase(tuner, rec, warmup, options, rec.chain_start)
-        remaining = (warmup if in_warmup else warmup + draws) - rec.n
+        remaining = min(end, warmup if in_warmup else warmup + draws) - rec.n
         tuned(tuner, m, min(remaining, per_call), options.max_call_steps,
               1 if in_warmup else 2)
         progress(rec.n)
         if callback is not None:
             callback(rec)
+
+
+def whole_blocks_per_call(warmup: int, draws: int, m: int) -> int:
+    """The iterations of one call of :func:`run_native_tuned_blocks`: the whole blocks of
+    ``m`` that fit in :func:`~.tuned_blocks.call_iterations`."""
+    return max(1, call_iterations(warmup, draws) // m) * m
 
 
 def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws: int,
@@ -189,6 +206,9 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``scale_path_length`` (default 2) is the scale phase's bound on the path length εL,
     so its paths average about one unit of the adapted metric
     (``comparisons/ahmc_settings.py`` measures other values).
+    ``tail_check`` (default True): a chain whose tuning-phase draws show rejections
+    concentrated in a tail adapts its step size again at ``adapt_delta=0.95`` and caps ε
+    at it (:func:`run_tuned_chain`).
 
     A chain stuck in the scale phase (step size collapsed by 10 orders of magnitude, or
     positions frozen for 50 iterations: :mod:`ahmc_stan.tuning.stuck`) restarts the
@@ -239,7 +259,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
                     adapt_delta: float = 0.8, grad_init: bool = False,
                     min_num_steps: int = 1, scale_path_length: float = 2.0,
-                    **tuning) -> ChainResult:
+                    tail_check: bool = True, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -256,7 +276,22 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`).  ``min_num_steps``: the
     lower end of L in the default box (:func:`default_box`).  ``scale_path_length``: the
     scale phase's path length εL (``L_r ~ U{1..L}``, so about half of it on average) in
-    the metric's units (:func:`run_chain`)."""
+    the metric's units (:func:`run_chain`).
+
+    ``tail_check`` (default on; with an adapted metric, the default box, ``adapt_delta``
+    below :data:`TAIL_ADAPT_DELTA` and at least :data:`TAIL_CHECK_MIN_TUNING` tuning
+    iterations): about halfway through the tuning phase (after the last call into C++
+    that ends in its first half: 200 of 500 iterations by default) the chain tests its
+    own draws of the phase so far for rejections concentrated in a parameter's tail
+    (:func:`~ahmc_stan.tuning.tail_rejection.tail_rejections`, the fit diagnosis's
+    statistic).  If it finds some, the step size is too large for that tail, and the
+    tuner's reward, a mean over the draws, does not see it: a quarter of the tuning
+    phase (125 iterations by default) then adapts ε* again at ``adapt_delta`` :data:`TAIL_ADAPT_DELTA` with the metric
+    fixed, and a new tuner runs the rest of the phase and sampling in the box with ε in
+    [ε*/4, ε*] (no longer up to 1.5 ε*).  The fit's ``metadata["chains"][c]["tail_check"]``
+    logs it (``None`` when nothing was found).  Without it such a fit fails the diagnosis's
+    tail-rejection check and :func:`~ahmc_stan.sampling.tune_and_sample` runs it again
+    (``metric_rerun``), at about twice the cost."""
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
@@ -280,7 +315,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         raise ValueError(f"no scale phase (warmup={warmup}, scale_fraction={scale_fraction}),"
                          " from which the box over (step size, steps) is derived: give "
                          "box=((eps_lo, eps_hi), (L_lo, L_hi)) or a longer warmup")
-    tuner, inv_metric, eps_ref, notes = None, None, None, {}
+    tuner, inv_metric, eps_ref, notes, tail_note = None, None, None, {}, None
     with rec.running(warmup):
         while True:
             notes.clear()  # of a discarded attempt
@@ -294,27 +329,72 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
         progress(rec.n)
-        box = (default_box(eps_ref, max_num_steps, min_num_steps) if box is None
-               else as_box(box))
-        initial = None
-        if eps_ref is not None:
-            initial = {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
-                       "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
-                                                box.dims[1].high))}
-        tuner = options.make_tuner(box, rng, initial, getattr(model, "density", None))
+        box_given = box is not None
+        box = default_box(eps_ref, max_num_steps, min_num_steps) if box is None else as_box(box)
+        tuner = options.make_tuner(box, rng, _initial_gamma(eps_ref, box),
+                                   getattr(model, "density", None))
         run_block = make_blocks(kernel, rng, state, inv_metric, rec)
-        tuned = getattr(run_block, "tuned", None)
-        if (tuned is not None and isinstance(tuner, NativeBayesOptTuner)
-                and box.names == GAMMA):
-            run_native_tuned_blocks(tuned, tuner, rec, warmup=warmup, draws=draws,
-                                    options=options, progress=progress, callback=callback)
-        else:
-            rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
-                previous, positions, int(gamma["num_steps"]), inv_metric, m)
-            run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup, draws=draws,
-                             options=options, chain_start=rec.chain_start,
-                             progress=progress, callback=callback)
+
+        def run_blocks(end=None):
+            tuned = getattr(run_block, "tuned", None)
+            if (tuned is not None and isinstance(tuner, NativeBayesOptTuner)
+                    and box.names == GAMMA):
+                run_native_tuned_blocks(tuned, tuner, rec, warmup=warmup, draws=draws,
+                                        options=options, progress=progress,
+                                        callback=callback, end=end)
+            else:
+                rewards = lambda previous, positions, gamma, m: esjd_block_rewards(
+                    previous, positions, int(gamma["num_steps"]), inv_metric, m)
+                run_tuned_blocks(tuner, rec, run_block, rewards, warmup=warmup,
+                                 draws=draws, options=options, chain_start=rec.chain_start,
+                                 progress=progress, callback=callback, end=end)
+
+        n_tune = warmup - rec.n
+        if (tail_check and not box_given and inv_metric is not None and eps_ref is not None
+                and adapt_delta < TAIL_ADAPT_DELTA and n_tune >= TAIL_CHECK_MIN_TUNING):
+            # at the end of the last call into C++ that ends in the phase's first half, so
+            # that a chain in which nothing is found makes the same draws as without the check
+            m = options.block_size or max(1, n_tune // options.k)
+            options = replace(options, block_size=m)  # the loop's blocks, run in two parts
+            per_call = whole_blocks_per_call(warmup, draws, m)
+            start, check_at = rec.n, rec.n + per_call * max(1, n_tune // 2 // per_call)
+            run_blocks(end=check_at)
+            found = tail_rejections(rec.positions[start:check_at - 1],
+                                    1.0 - rec.stats["accept_stat"][start + 1:check_at])
+            if found:  # the rest of the tuning phase: ε* again at TAIL_ADAPT_DELTA, a new box
+                first = tuner
+                state, _, eps_tail = _scale_phase(
+                    kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_tune // 4,
+                    inv_metric, rec, max_num_steps, None, TAIL_ADAPT_DELTA, progress,
+                    call_iterations=call_iterations(warmup, draws),
+                    call_grads=options.max_call_steps, path_length=scale_path_length,
+                    phase=1)
+                box = default_box(eps_tail, max_num_steps, min_num_steps, high=1.0)
+                options = replace(options, k=max(1, (warmup - rec.n) // m))
+                tuner = options.make_tuner(box, rng, _initial_gamma(eps_tail, box),
+                                           getattr(model, "density", None))
+                run_block = make_blocks(kernel, rng, state, inv_metric, rec)
+                tail_note = {
+                    "iteration": check_at, "adapt_delta": TAIL_ADAPT_DELTA,
+                    "iterations": n_tune // 4, "reference_step_size": [eps_ref, eps_tail],
+                    "found": [f._asdict() for f in found[:5]],
+                    "box_before": [(d.name, d.low, d.high, d.integer) for d in first.box.dims],
+                    "tuner_seconds_before": first.seconds}
+        run_blocks()
+    extras = tuning_extras(tuner)
+    if tail_note is not None:
+        extras["tuner_seconds"] += tail_note["tuner_seconds_before"]
     return rec.finish({"metric": metric if not fixed_metric else "fixed",
                        "inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
-                       "restarts": restarts.records,
-                       "metric_fallback": notes.get("metric_fallback"), **tuning_extras(tuner)})
+                       "restarts": restarts.records, "tail_check": tail_note,
+                       "metric_fallback": notes.get("metric_fallback"), **extras})
+
+
+def _initial_gamma(eps_ref: float | None, box: Box) -> dict | None:
+    """The tuner's first γ: ε* and a path of about π (half a period of a unit-scale
+    Gaussian direction), clipped to the box."""
+    if eps_ref is None:
+        return None
+    return {"step_size": float(np.clip(eps_ref, box.dims[0].low, box.dims[0].high)),
+            "num_steps": int(np.clip(round(math.pi / eps_ref), box.dims[1].low,
+                                     box.dims[1].high))}

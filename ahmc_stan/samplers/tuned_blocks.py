@@ -125,8 +125,10 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
                      rewards: Callable[[np.ndarray, Sequence, dict, int], Sequence[float]],
                      *, warmup: int, draws: int, options: TuningOptions, chain_start: float,
                      progress: Callable[[int], None], callback: Callable | None = None,
-                     unit_steps: Callable[[dict], float] | None = None) -> None:
-    """Blocks from ``rec.n`` to ``warmup + draws`` iterations (phase 1 in warmup, 2 after).
+                     unit_steps: Callable[[dict], float] | None = None,
+                     end: int | None = None) -> None:
+    """Blocks from ``rec.n`` to ``warmup + draws`` iterations, or to ``end`` (phase 1 in
+    warmup, 2 after).
 
     Consecutive blocks at which the tuner will not move γ (known in advance, see
     :meth:`BayesOptTuner.updates_until_move`) run in one ``run_block`` call of at most
@@ -144,9 +146,10 @@ def run_tuned_blocks(tuner: BayesOptTuner, rec: ChainRecorder,
     counts super-transitions or the chain's iterations.
     """
     m = options.block_size or max(1, (warmup - rec.n) // options.k)
-    while rec.n < warmup + draws:
+    end = warmup + draws if end is None else end
+    while rec.n < end:
         in_warmup = next_phase(tuner, rec, warmup, options, chain_start)
-        remaining = (warmup if in_warmup else warmup + draws) - rec.n
+        remaining = min(end, warmup if in_warmup else warmup + draws) - rec.n
         gamma = tuner.propose()
         per_unit = (unit_steps(gamma) if unit_steps is not None
                     else (int(gamma.get("num_steps", 1)) + 1) / 2)

@@ -14,8 +14,9 @@ Metrics: ``"identity"``; ``"diag"``/``"dense"``, Stan's regularised covariance o
 window's draws; ``"fisher"``, the diagonal from draws and gradients
 (:func:`~ahmc_stan.tuning.windows.fisher_inv_metric`); ``"low_rank"``, that diagonal
 corrected in the directions the draws and gradients single out
-(:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array, a fixed inverse
-metric of which only ε is adapted.  All metrics are estimated in Stan's windows (a
+(:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`); or an array (or a
+:class:`~ahmc_stan.metric.LowRankInvMetric`), a fixed inverse metric of which only ε is
+adapted.  All metrics are estimated in Stan's windows (a
 75-iteration buffer lets a chain started far out reach the typical set first).  On up to
 :data:`EARLY_WINDOW_MAX_DIMS` parameters the gradient-based metrics are also estimated in
 the buffer, in windows of :data:`EARLY_WINDOW` iterations, each from its own draws and
@@ -47,6 +48,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..metric import LowRankInvMetric
 from .step_size import DualAveraging, initial_step_size
 from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
                       regularized_inv_metric)
@@ -220,7 +222,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     of the identity.
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
-    fixed = isinstance(metric, np.ndarray)
+    fixed = isinstance(metric, (np.ndarray, LowRankInvMetric))
     if not fixed and metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an "
                          f"array, not {metric!r}")

@@ -1,0 +1,59 @@
+"""Rejections concentrated in a parameter's tail: the step size too large for that region.
+
+Transitions that start in a parameter's tail (its lowest or highest :data:`TAIL_FRACTION`
+of the draws) rejected at a rate (1 − mean ``accept_stat``) of at least
+:data:`TAIL_REJECTION_MIN` and at least :data:`TAIL_REJECTION_RATIO` times the rate from
+its central half.  The chains then visit that tail too rarely (README, "tail
+rejections").  :func:`tail_rejections` is the statistic; the diagnosis of a fit
+(:mod:`ahmc_stan.convergence`) applies it to the pooled draws, and AHMC's tuning phase
+to one chain's own draws (:func:`ahmc_stan.samplers.ahmc.run_tuned_chain`,
+``tail_check``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO", "TailRejection",
+           "tail_rejections"]
+
+#: A parameter's tails: its lowest and highest this fraction of the draws.
+TAIL_FRACTION = 0.1
+#: Transitions from a tail rejected at least this often ...
+TAIL_REJECTION_MIN = 0.25
+#: ... and at least this many times as often as from the parameter's central half.
+TAIL_REJECTION_RATIO = 2.5
+#: A central half that never rejects counts as this rate in the ratio.
+_MID_FLOOR = 0.01
+
+
+class TailRejection(NamedTuple):
+    ratio: float   #: the tail's rejection rate over the central half's (floored)
+    column: int    #: the column of ``x``
+    side: str      #: "low" or "high"
+    rate: float    #: the tail's rejection rate
+    mid_rate: float  #: the central half's
+
+
+def tail_rejections(x: np.ndarray, rejected: np.ndarray) -> list[TailRejection]:
+    """The columns of ``x`` (n × k: the positions the n transitions start from) with a
+    tail whose transitions were rejected too often (module docstring), worst first.
+    ``rejected`` (n,) is each transition's rejection rate, 1 − ``accept_stat``.  A side
+    counts only with at least 10 transitions from it and from the central half, and
+    holding at most half of them (a column with many ties)."""
+    rej = np.asarray(rejected, dtype=float).reshape(-1, 1)
+    q = np.quantile(x, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=0)
+    regions = {"low": x <= q[0], "high": x >= q[3], "mid": (x > q[1]) & (x < q[2])}
+    n = {r: m.sum(axis=0) for r, m in regions.items()}
+    rate = {r: (rej * m).sum(axis=0) / np.maximum(n[r], 1) for r, m in regions.items()}
+    found = []
+    for side in ("low", "high"):
+        ok = (n[side] >= 10) & (n[side] <= 0.5 * x.shape[0]) & (n["mid"] >= 10)
+        ratio = rate[side] / np.maximum(rate["mid"], _MID_FLOOR)
+        bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= TAIL_REJECTION_RATIO)
+        found += [TailRejection(float(ratio[i]), int(i), side, float(rate[side][i]),
+                                float(rate["mid"][i])) for i in np.flatnonzero(bad)]
+    found.sort(key=lambda f: (f.ratio, f.column, f.side), reverse=True)
+    return found
