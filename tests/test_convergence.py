@@ -474,9 +474,9 @@ def test_garch_tail_check_in_the_chains_explores_the_tail():
     20 seeds, ``comparisons/results/tail_rejection.md``; the previous test): chains whose
     own tuning draws reject in a tail adapt ε* again at adapt_delta 0.95 and cap ε at it.
     At seeds 7-10 it fires in some chain of every fit, and at least half of the fits then
-    raise no tail rejection (3 of 4 on an AVX2 machine, 2026-11-27); on the first such
-    fit the flagged parameters' sds agree with Stan's diagonal fit's within Monte Carlo
-    error."""
+    raise no tail rejection (three of four on an AVX2 machine, 2026-11-27: at seed 7 one
+    chain strays before its test, as without it); on the first such fit the flagged
+    parameters' sds agree with Stan's diagonal fit's within Monte Carlo error."""
     import arviz as az
 
     from ahmc_stan import tune_and_sample

@@ -19,9 +19,9 @@ One chain runs in two warmup phases and a sampling phase:
    squared jump ``‖x_{t+1} − x_t‖²_M`` measured in the adapted metric's norm (plain
    Euclidean with the identity metric, as in the paper), so that coordinates on large
    scales do not drown the others.
-   About halfway through, a chain whose draws so far show rejections concentrated in a
-   parameter's tail re-adapts ε* at ``adapt_delta=0.95`` and restarts the tuner in
-   [ε*/4, ε*] (:func:`run_tuned_chain`, ``tail_check``).
+   A chain whose draws in this phase show rejections concentrated in a parameter's
+   tail re-adapts ε* at ``adapt_delta=0.95`` and restarts the tuner in [ε*/4, ε*]
+   (:func:`run_tuned_chain`, ``tail_check``).
 3. **Sampling**, by default with the paper's *infinite adaptation*: the tuner keeps running
    with vanishing probability p_i of moving; ``adapt_during_sampling=False`` freezes it at
    its current γ.
@@ -69,8 +69,17 @@ GAMMA = ("step_size", "num_steps")
 #: The tail check (:func:`run_tuned_chain`): the acceptance statistic its step-size
 #: adaptation aims at (that of the fit's second rerun, ``sampling.RERUN_STEPS``) ...
 TAIL_ADAPT_DELTA = 0.95
-#: ... and the fewest tuning-phase iterations with which it runs.
+#: ... the fewest tuning-phase iterations with which it runs, and the fewest draws it
+#: tests at once (a tail of 10 %: 10 draws).
 TAIL_CHECK_MIN_TUNING = 200
+TAIL_CHECK_MIN_DRAWS = 100
+#: The tail's rejection rate over the central half's that the chain's test asks for:
+#: above the diagnosis's 2.5 (``tuning.tail_rejection.TAIL_REJECTION_RATIO``), since a
+#: chain tests about 20 draws per tail where the diagnosis pools 400.  Measured
+#: (README, "A tail check inside the chains"): on Neal's Gaussian, the GP and breast
+#: cancer, chains reached 2.5–3.2 by chance; on SV and GARCH the chains that
+#: under-explore a tail 3.6–7.5.
+TAIL_CHECK_RATIO = 3.5
 
 
 def default_box(reference_step_size: float, max_num_steps: int = 1000,
@@ -280,16 +289,18 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
 
     ``tail_check`` (default on; with an adapted metric, the default box, ``adapt_delta``
     below :data:`TAIL_ADAPT_DELTA` and at least :data:`TAIL_CHECK_MIN_TUNING` tuning
-    iterations): about halfway through the tuning phase (after the last call into C++
-    that ends in its first half: 200 of 500 iterations by default) the chain tests its
-    own draws of the phase so far for rejections concentrated in a parameter's tail
+    iterations): at the end of each call into C++ in the tuning phase that leaves more
+    than a call's iterations of it (iterations 700 and 900 by default), the chain tests
+    its own draws since the last test (at least :data:`TAIL_CHECK_MIN_DRAWS`) for
+    rejections concentrated in a parameter's tail
     (:func:`~ahmc_stan.tuning.tail_rejection.tail_rejections`, the fit diagnosis's
-    statistic).  If it finds some, the step size is too large for that tail, and the
-    tuner's reward, a mean over the draws, does not see it: a quarter of the tuning
-    phase (125 iterations by default) then adapts ε* again at ``adapt_delta`` :data:`TAIL_ADAPT_DELTA` with the metric
-    fixed, and a new tuner runs the rest of the phase and sampling in the box with ε in
-    [ε*/4, ε*] (no longer up to 1.5 ε*).  The fit's ``metadata["chains"][c]["tail_check"]``
-    logs it (``None`` when nothing was found).  Without it such a fit fails the diagnosis's
+    statistic, with a ratio of at least :data:`TAIL_CHECK_RATIO`).  If it finds some, the step size is too large for that tail, and the
+    tuner's reward, a mean over the draws, does not see it: up to a quarter of the tuning
+    phase (at most half of what is left of it) then adapts ε* again at ``adapt_delta``
+    :data:`TAIL_ADAPT_DELTA` with the metric fixed, and a new tuner runs the rest of the
+    phase and sampling in the box with ε in [ε*/4, ε*] (no longer up to 1.5 ε*); no
+    further test.  The fit's ``metadata["chains"][c]["tail_check"]`` logs it (``None``
+    when nothing was found).  Without it such a fit fails the diagnosis's
     tail-rejection check and :func:`~ahmc_stan.sampling.tune_and_sample` runs it again
     (``metric_rerun``), at about twice the cost."""
     if not 0 < adapt_delta < 1:
@@ -352,19 +363,27 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         n_tune = warmup - rec.n
         if (tail_check and not box_given and inv_metric is not None and eps_ref is not None
                 and adapt_delta < TAIL_ADAPT_DELTA and n_tune >= TAIL_CHECK_MIN_TUNING):
-            # at the end of the last call into C++ that ends in the phase's first half, so
-            # that a chain in which nothing is found makes the same draws as without the check
+            # at the ends of the calls into C++ inside the phase, so that a chain in which
+            # nothing is found makes the same draws as without the check
             m = options.block_size or max(1, n_tune // options.k)
-            options = replace(options, block_size=m)  # the loop's blocks, run in two parts
+            options = replace(options, block_size=m)  # the loop's blocks, run in parts
             per_call = whole_blocks_per_call(warmup, draws, m)
-            start, check_at = rec.n, rec.n + per_call * max(1, n_tune // 2 // per_call)
-            run_blocks(end=check_at)
-            found = tail_rejections(rec.positions[start:check_at - 1],
-                                    1.0 - rec.stats["accept_stat"][start + 1:check_at])
-            if found:  # the rest of the tuning phase: ε* again at TAIL_ADAPT_DELTA, a new box
-                first = tuner
+            start = rec.n
+            while tail_note is None and rec.n + per_call < warmup:
+                run_blocks(end=rec.n + per_call)
+                if rec.n - start < TAIL_CHECK_MIN_DRAWS:
+                    continue
+                found = tail_rejections(rec.positions[start:rec.n - 1],
+                                        1.0 - rec.stats["accept_stat"][start + 1:rec.n],
+                                        TAIL_CHECK_RATIO)
+                window, start = [start, rec.n], rec.n
+                if not found:
+                    continue
+                # the rest of the phase: ε* again at TAIL_ADAPT_DELTA, then a new tuner
+                # in a box capped at it
+                first, n_adapt = tuner, min(n_tune // 4, (warmup - rec.n) // 2)
                 state, _, eps_tail = _scale_phase(
-                    kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_tune // 4,
+                    kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_adapt,
                     inv_metric, rec, max_num_steps, None, TAIL_ADAPT_DELTA, progress,
                     call_iterations=call_iterations(warmup, draws),
                     call_grads=options.max_call_steps, path_length=scale_path_length,
@@ -375,8 +394,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                                            getattr(model, "density", None))
                 run_block = make_blocks(kernel, rng, state, inv_metric, rec)
                 tail_note = {
-                    "iteration": check_at, "adapt_delta": TAIL_ADAPT_DELTA,
-                    "iterations": n_tune // 4, "reference_step_size": [eps_ref, eps_tail],
+                    "window": window, "adapt_delta": TAIL_ADAPT_DELTA,
+                    "iterations": n_adapt, "reference_step_size": [eps_ref, eps_tail],
                     "found": [f._asdict() for f in found[:5]],
                     "box_before": [(d.name, d.low, d.high, d.integer) for d in first.box.dims],
                     "tuner_seconds_before": first.seconds}

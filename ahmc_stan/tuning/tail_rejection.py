@@ -37,9 +37,11 @@ class TailRejection(NamedTuple):
     mid_rate: float  #: the central half's
 
 
-def tail_rejections(x: np.ndarray, rejected: np.ndarray) -> list[TailRejection]:
+def tail_rejections(x: np.ndarray, rejected: np.ndarray,
+                    min_ratio: float = TAIL_REJECTION_RATIO) -> list[TailRejection]:
     """The columns of ``x`` (n × k: the positions the n transitions start from) with a
-    tail whose transitions were rejected too often (module docstring), worst first.
+    tail whose transitions were rejected too often (module docstring; ``min_ratio`` times
+    the central half's rate), worst first.
     ``rejected`` (n,) is each transition's rejection rate, 1 − ``accept_stat``.  A side
     counts only with at least 10 transitions from it and from the central half, and
     holding at most half of them (a column with many ties)."""
@@ -52,7 +54,7 @@ def tail_rejections(x: np.ndarray, rejected: np.ndarray) -> list[TailRejection]:
     for side in ("low", "high"):
         ok = (n[side] >= 10) & (n[side] <= 0.5 * x.shape[0]) & (n["mid"] >= 10)
         ratio = rate[side] / np.maximum(rate["mid"], _MID_FLOOR)
-        bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= TAIL_REJECTION_RATIO)
+        bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= min_ratio)
         found += [TailRejection(float(ratio[i]), int(i), side, float(rate[side][i]),
                                 float(rate["mid"][i])) for i in np.flatnonzero(bad)]
     found.sort(key=lambda f: (f.ratio, f.column, f.side), reverse=True)
