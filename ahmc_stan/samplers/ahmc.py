@@ -360,45 +360,31 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                                  draws=draws, options=options, chain_start=rec.chain_start,
                                  progress=progress, callback=callback, end=end)
 
+        def retune(n_adapt):  # the tail check's: ε* again at TAIL_ADAPT_DELTA, a new tuner
+            nonlocal state, box, options, tuner, run_block
+            first = tuner
+            state, _, eps_tail = _scale_phase(
+                kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_adapt, inv_metric,
+                rec, max_num_steps, None, TAIL_ADAPT_DELTA, progress,
+                call_iterations=call_iterations(warmup, draws),
+                call_grads=options.max_call_steps, path_length=scale_path_length, phase=1)
+            box = default_box(eps_tail, max_num_steps, min_num_steps, high=1.0)
+            options = replace(options, k=max(1, (warmup - rec.n) // options.block_size))
+            tuner = options.make_tuner(box, rng, _initial_gamma(eps_tail, box),
+                                       getattr(model, "density", None))
+            run_block = make_blocks(kernel, rng, state, inv_metric, rec)
+            return {"adapt_delta": TAIL_ADAPT_DELTA, "iterations": n_adapt,
+                    "reference_step_size": [eps_ref, eps_tail],
+                    "box_before": [(d.name, d.low, d.high, d.integer) for d in first.box.dims],
+                    "tuner_seconds_before": first.seconds}
+
         n_tune = warmup - rec.n
         if (tail_check and not box_given and inv_metric is not None and eps_ref is not None
                 and adapt_delta < TAIL_ADAPT_DELTA and n_tune >= TAIL_CHECK_MIN_TUNING):
-            # at the ends of the calls into C++ inside the phase, so that a chain in which
-            # nothing is found makes the same draws as without the check
             m = options.block_size or max(1, n_tune // options.k)
             options = replace(options, block_size=m)  # the loop's blocks, run in parts
-            per_call = whole_blocks_per_call(warmup, draws, m)
-            start = rec.n
-            while tail_note is None and rec.n + per_call < warmup:
-                run_blocks(end=rec.n + per_call)
-                if rec.n - start < TAIL_CHECK_MIN_DRAWS:
-                    continue
-                found = tail_rejections(rec.positions[start:rec.n - 1],
-                                        1.0 - rec.stats["accept_stat"][start + 1:rec.n],
-                                        TAIL_CHECK_RATIO)
-                window, start = [start, rec.n], rec.n
-                if not found:
-                    continue
-                # the rest of the phase: ε* again at TAIL_ADAPT_DELTA, then a new tuner
-                # in a box capped at it
-                first, n_adapt = tuner, min(n_tune // 4, (warmup - rec.n) // 2)
-                state, _, eps_tail = _scale_phase(
-                    kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_adapt,
-                    inv_metric, rec, max_num_steps, None, TAIL_ADAPT_DELTA, progress,
-                    call_iterations=call_iterations(warmup, draws),
-                    call_grads=options.max_call_steps, path_length=scale_path_length,
-                    phase=1)
-                box = default_box(eps_tail, max_num_steps, min_num_steps, high=1.0)
-                options = replace(options, k=max(1, (warmup - rec.n) // m))
-                tuner = options.make_tuner(box, rng, _initial_gamma(eps_tail, box),
-                                           getattr(model, "density", None))
-                run_block = make_blocks(kernel, rng, state, inv_metric, rec)
-                tail_note = {
-                    "window": window, "adapt_delta": TAIL_ADAPT_DELTA,
-                    "iterations": n_adapt, "reference_step_size": [eps_ref, eps_tail],
-                    "found": [f._asdict() for f in found[:5]],
-                    "box_before": [(d.name, d.low, d.high, d.integer) for d in first.box.dims],
-                    "tuner_seconds_before": first.seconds}
+            tail_note = _tail_checked_tuning(rec, run_blocks, retune, warmup=warmup,
+                                             per_call=whole_blocks_per_call(warmup, draws, m))
         run_blocks()
     extras = tuning_extras(tuner)
     if tail_note is not None:
@@ -407,6 +393,29 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                        "inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
                        "restarts": restarts.records, "tail_check": tail_note,
                        "metric_fallback": notes.get("metric_fallback"), **extras})
+
+
+def _tail_checked_tuning(rec: ChainRecorder, run_blocks: Callable, retune: Callable, *,
+                         warmup: int, per_call: int) -> dict | None:
+    """The tuning phase's calls of ``per_call`` iterations (``run_blocks(end)``), each but
+    the last followed by the chain's tail test of its draws since the previous test (at
+    least :data:`TAIL_CHECK_MIN_DRAWS`; at the ends of calls, so that a chain in which
+    nothing is found makes the same draws as without the check), until one finds a tail;
+    then ``retune(n_adapt)`` (a quarter of the phase, at most half of what is left)
+    and no further test.  Returns the note for ``extras["tail_check"]`` or None."""
+    n_tune, start = warmup - rec.n, rec.n
+    while rec.n + per_call < warmup:
+        run_blocks(end=rec.n + per_call)
+        if rec.n - start < TAIL_CHECK_MIN_DRAWS:
+            continue
+        found = tail_rejections(rec.positions[start:rec.n - 1],
+                                1.0 - rec.stats["accept_stat"][start + 1:rec.n],
+                                TAIL_CHECK_RATIO)
+        window, start = [start, rec.n], rec.n
+        if found:
+            return {"window": window, "found": [f._asdict() for f in found[:5]],
+                    **retune(min(n_tune // 4, (warmup - rec.n) // 2))}
+    return None
 
 
 def _initial_gamma(eps_ref: float | None, box: Box) -> dict | None:
