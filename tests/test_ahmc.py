@@ -383,3 +383,20 @@ def test_chain_workers_run_blas_without_a_thread_pool():
     with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
                                 initializer=_init_worker) as pool:
         assert pool.submit(_threads_after_blas).result() == 1
+
+
+def test_tail_check_that_finds_nothing_leaves_the_draws_alone(mvn_model):
+    """The chains' tail test runs at the ends of calls into C++, so where it finds nothing
+    (a correlated Gaussian) the draws, statistics and tuner history are those of
+    ``tail_check=False`` to the last bit, and each chain logs ``tail_check: None``."""
+    run = dict(chains=2, warmup=1000, draws=1000, seed=5, progress=False, diagnose=False,
+               metric_rerun=False, extend=False)
+    on = tune_and_sample(mvn_model, **run)
+    off = tune_and_sample(mvn_model, tail_check=False, **run)
+    assert [c["tail_check"] for c in on.metadata["chains"]] == [None, None]
+    np.testing.assert_array_equal(on.draws, off.draws)
+    np.testing.assert_array_equal(on.warmup_draws, off.warmup_draws)
+    for name in on.sampler_stats:
+        np.testing.assert_array_equal(on.sampler_stats[name], off.sampler_stats[name])
+    assert [c["tuning_history"] for c in on.metadata["chains"]] == \
+        [c["tuning_history"] for c in off.metadata["chains"]]
