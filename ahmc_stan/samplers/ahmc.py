@@ -112,9 +112,9 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                  call_iterations: int | None = None, call_grads: float = math.inf,
                  grad_init: bool = False, path_length: float = 2.0, phase: int = 0):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
-    ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)`` after every call into the kernel; ``notes``,
-    ``extra_window``, ``call_iterations``, ``call_grads``, ``grad_init`` and
-    ``path_length`` as ``hmc_warmup``'s.
+    ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)``
+    after every call into the kernel; ``notes``, ``extra_window``, ``call_iterations``,
+    ``call_grads``, ``grad_init`` and ``path_length`` as ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -294,8 +294,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     its own draws since the last test (at least :data:`TAIL_CHECK_MIN_DRAWS`) for
     rejections concentrated in a parameter's tail
     (:func:`~ahmc_stan.tuning.tail_rejection.tail_rejections`, the fit diagnosis's
-    statistic, with a ratio of at least :data:`TAIL_CHECK_RATIO`).  If it finds some, the step size is too large for that tail, and the
-    tuner's reward, a mean over the draws, does not see it: up to a quarter of the tuning
+    statistic, with a ratio of at least :data:`TAIL_CHECK_RATIO`).  If it finds some, the
+    step size is too large for that tail, and the tuner's reward, a mean over the draws,
+    does not see it: up to a quarter of the tuning
     phase (at most half of what is left of it) then adapts ε* again at ``adapt_delta``
     :data:`TAIL_ADAPT_DELTA` with the metric fixed, and a new tuner runs the rest of the
     phase and sampling in the box with ε in [ε*/4, ε*] (no longer up to 1.5 ε*); no
