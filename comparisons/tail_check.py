@@ -28,15 +28,9 @@ sys.path.insert(0, str(ROOT / "comparisons"))
 
 import ahmc_stan  # noqa: E402
 import nuts_peers  # noqa: E402
+from seed_bias import seeds_of  # noqa: E402
 
 RESULTS = ROOT / "comparisons" / "results"
-
-
-def seeds_of(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = map(int, text.split("-"))
-        return list(range(lo, hi + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def run(model, seed: int, tail_check: bool) -> dict:
