@@ -34,28 +34,49 @@ class TailRejection(NamedTuple):
     column: int    #: the column of ``x``
     side: str      #: "low" or "high"
     rate: float    #: the tail's rejection rate
-    mid_rate: float  #: the central half's
+    mid_rate: float  #: the central half's (in the tail's strata)
 
 
 def tail_rejections(x: np.ndarray, rejected: np.ndarray,
-                    min_ratio: float = TAIL_REJECTION_RATIO) -> list[TailRejection]:
+                    min_ratio: float = TAIL_REJECTION_RATIO,
+                    strata: np.ndarray | None = None) -> list[TailRejection]:
     """The columns of ``x`` (n × k: the positions the n transitions start from) with a
     tail whose transitions were rejected too often (module docstring; ``min_ratio`` times
     the central half's rate), worst first.
     ``rejected`` (n,) is each transition's rejection rate, 1 − ``accept_stat``.  A side
     counts only with at least 10 transitions from it and from the central half, and
-    holding at most half of them (a column with many ties)."""
+    holding at most half of them (a column with many ties).
+
+    ``strata`` (n,), labels of the transitions (AHMC's chains: their step size below or
+    above the window's median): the tail's rate is then compared with the central
+    half's rate *in the same strata*, weighted as the tail's transitions fall in them
+    (indirect standardisation), so that rejections that come with a stratum (a block
+    of large steps spent near one point) are not taken for the tail's.  Without it,
+    one stratum: the ratio of the two rates."""
     rej = np.asarray(rejected, dtype=float).reshape(-1, 1)
     q = np.quantile(x, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=0)
     regions = {"low": x <= q[0], "high": x >= q[3], "mid": (x > q[1]) & (x < q[2])}
     n = {r: m.sum(axis=0) for r, m in regions.items()}
     rate = {r: (rej * m).sum(axis=0) / np.maximum(n[r], 1) for r, m in regions.items()}
+    # each transition's central rate: that of its stratum (the whole central half's
+    # where the stratum holds fewer than 10 of its transitions)
+    expected = np.empty(x.shape)
+    labels = np.zeros(x.shape[0], dtype=int) if strata is None else np.asarray(strata)
+    for label in np.unique(labels):
+        m = labels == label
+        mid = regions["mid"] & m[:, None]
+        k = mid.sum(axis=0)
+        expected[m] = np.where(k >= 10, (rej * mid).sum(axis=0) / np.maximum(k, 1),
+                               rate["mid"])
     found = []
     for side in ("low", "high"):
         ok = (n[side] >= 10) & (n[side] <= 0.5 * x.shape[0]) & (n["mid"] >= 10)
-        ratio = rate[side] / np.maximum(rate["mid"], _MID_FLOOR)
+        mid_rate = (expected * regions[side]).sum(axis=0) / np.maximum(n[side], 1)
+        floored = (np.maximum(expected, _MID_FLOOR) * regions[side]).sum(axis=0) \
+            / np.maximum(n[side], 1)
+        ratio = rate[side] / np.maximum(floored, _MID_FLOOR)
         bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= min_ratio)
         found += [TailRejection(float(ratio[i]), int(i), side, float(rate[side][i]),
-                                float(rate["mid"][i])) for i in np.flatnonzero(bad)]
+                                float(mid_rate[i])) for i in np.flatnonzero(bad)]
     found.sort(key=lambda f: (f.ratio, f.column, f.side), reverse=True)
     return found
