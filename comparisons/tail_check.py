@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "comparisons"))
 
 import ahmc_stan  # noqa: E402
 import nuts_peers  # noqa: E402
+from ahmc_stan.tuning.tail_rejection import tail_rejections  # noqa: E402
 from seed_bias import seeds_of  # noqa: E402
 
 RESULTS = ROOT / "comparisons" / "results"
@@ -39,13 +40,25 @@ def run(model, seed: int, tail_check: bool) -> dict:
         warnings.simplefilter("ignore")
         fit = ahmc_stan.tune_and_sample(model, seed=seed, progress=False, diagnose=False,
                                         tail_check=tail_check)
+    return summarise(fit)
+
+
+def summarise(fit) -> dict:
+    """One run's row; ``sampling_tails``: per chain, whether it re-adapted and how many
+    columns its own kept draws reject in a tail at the diagnosis's ratio (the tuning
+    phase's test, on the chain's draws at its final tuning)."""
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    chains = fit.metadata["chains"]
+    tails = [[bool(c.get("tail_check")),
+              len(tail_rejections(fit.draws[i, :-1, :fit.n_params],
+                                  1 - fit.sampler_stats["accept_stat"][i, 1:]))]
+             for i, c in enumerate(chains)]
     return {"per_grad": e["min_ess_per_grad_total"], "max_rhat": e["max_rhat"],
-            "readapted": sum(1 for c in fit.metadata["chains"] if c.get("tail_check")),
+            "readapted": sum(1 for c in chains if c.get("tail_check")),
             "rerun": "metric_rerun" in fit.metadata,
             "extended": bool(fit.metadata.get("extension", {}).get("extended")),
-            "warmup_share": e["n_grad_equiv_warmup"] / grads}
+            "warmup_share": e["n_grad_equiv_warmup"] / grads, "sampling_tails": tails}
 
 
 def report(rows: dict) -> str:
@@ -53,12 +66,16 @@ def report(rows: dict) -> str:
              "Command: `python comparisons/tail_check.py --models M --seeds S` (4 chains, "
              "1000 + 1000, the default options but `tail_check`). Min bulk ESS per gradient "
              "with warmup and reruns counted, median over the seeds (per seed: off → on); "
-             "worst R-hat; chains that re-adapted (of 4 per seed); fits rerun or extended. "
+             "worst R-hat; chains that re-adapted (of 4 per seed); fits rerun or extended; "
+             "chains whose own kept draws reject in a tail (the fit diagnosis's ratio, "
+             "2.5). "
              "The runs without the check do not depend on its rule: `--reuse-off JSON` "
              "takes them from an earlier result.",
              "", "| model | seeds | per gradient, off → on (median) | ratio | per seed | "
              "worst R-hat, off → on | chains re-adapted | rerun off / on | extended off / on "
-             "| warmup share, off → on |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "| warmup share, off → on | chains whose own draws reject in a tail, off; on: "
+             "not re-adapted / re-adapted |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
         off, on = r["off"], r["on"]
         med = lambda runs, k: float(np.median([x[k] for x in runs]))  # noqa: E731
@@ -70,8 +87,18 @@ def report(rows: dict) -> str:
             f" | {sum(x['readapted'] for x in on)} of {4 * len(on)}"
             f" | {sum(x['rerun'] for x in off)} / {sum(x['rerun'] for x in on)}"
             f" | {sum(x['extended'] for x in off)} / {sum(x['extended'] for x in on)}"
-            f" | {med(off, 'warmup_share'):.2f} → {med(on, 'warmup_share'):.2f} |")
+            f" | {med(off, 'warmup_share'):.2f} → {med(on, 'warmup_share'):.2f} | "
+            f"{_tailed(off)}; {_tailed(on, False)} / {_tailed(on, True)} |")
     return "\n".join(lines) + "\n"
+
+
+def _tailed(runs: list, readapted: bool | None = None) -> str:
+    """"k of n": chains (re-adapted or not, or all) whose kept draws show a tail."""
+    if not all("sampling_tails" in r for r in runs):
+        return "–"
+    chains = [found for r in runs for again, found in r["sampling_tails"]
+              if readapted is None or again == readapted]
+    return f"{sum(1 for found in chains if found)} of {len(chains)}"
 
 
 def main(argv=None) -> None:

@@ -68,12 +68,15 @@ def tail_rejections(x: np.ndarray, rejected: np.ndarray,
         k = mid.sum(axis=0)
         expected[m] = np.where(k >= 10, (rej * mid).sum(axis=0) / np.maximum(k, 1),
                                rate["mid"])
+
+    def tail_mean(v: np.ndarray, side: str) -> np.ndarray:
+        return (v * regions[side]).sum(axis=0) / np.maximum(n[side], 1)
+
     found = []
     for side in ("low", "high"):
         ok = (n[side] >= 10) & (n[side] <= 0.5 * x.shape[0]) & (n["mid"] >= 10)
-        mid_rate = (expected * regions[side]).sum(axis=0) / np.maximum(n[side], 1)
-        floored = (np.maximum(expected, _MID_FLOOR) * regions[side]).sum(axis=0) \
-            / np.maximum(n[side], 1)
+        mid_rate = tail_mean(expected, side)
+        floored = tail_mean(np.maximum(expected, _MID_FLOOR), side)
         ratio = rate[side] / np.maximum(floored, _MID_FLOOR)
         bad = ok & (rate[side] >= TAIL_REJECTION_MIN) & (ratio >= min_ratio)
         found += [TailRejection(float(ratio[i]), int(i), side, float(rate[side][i]),
