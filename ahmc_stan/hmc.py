@@ -153,7 +153,7 @@ class HMCKernel(DensityKernel):
                   n_iter: int, averager, path_length: float, max_steps,
                   min_step_size: float = 0.0, want_grads: bool = False,
                   jitter: bool = True, step_jitter: float = 0.0,
-                  max_grads: float = math.inf):
+                  max_grads: float = math.inf, max_divergent: int = 0):
         """Warmup iterations with the step size adapted inside one C++ call
         (``ahmc_hmc_adapt_block``), as :func:`ahmc_stan.tuning.hmc_warmup.adapt_steps`
         describes; ``averager`` (a :class:`~ahmc_stan.tuning.step_size.DualAveraging`)
@@ -167,7 +167,7 @@ class HMCKernel(DensityKernel):
         lp, out = self.density.hmc_adapt_block(
             path_length, max_steps, jitter, inv_metric, seed, n_iter, self.max_energy_error,
             min_step_size, da, averager.params_array(), x, grad, state.logdensity,
-            want_grads, step_jitter, max_grads)
+            want_grads, step_jitter, max_grads, max_divergent)
         averager.load_state_array(da)
         return HMCState(x, lp, grad), AdaptedSteps(
             self._info(out), out["step_size"], out["num_steps_max"].astype(int), out.get("grads"))

@@ -36,8 +36,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_leapfrog": (_int, [_ptr, _int, _double, _int, _ptr, _ptr, _ptr, _ptr, _ptr]),
     "ahmc_hmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, ctypes.c_uint64,
                               _double, *[_ptr] * 11]),
-    "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _ptr, _double, _int, _double,
-                                    _int, _ptr, ctypes.c_uint64, _double, _double,
+    "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _ptr, _double, _int, _int,
+                                    _double, _int, _ptr, ctypes.c_uint64, _double, _double,
                                     *[_ptr] * 17]),
     "ahmc_tuned_hmc_block": (_int, [_ptr, _ptr, _int, _int, _double, _int, _ptr,
                                     ctypes.c_uint64, _double, *[_ptr] * 14]),
@@ -190,14 +190,16 @@ class NativeDensity:
                         max_energy_error: float, min_step_size: float, state: np.ndarray,
                         params: np.ndarray, x: np.ndarray, grad: np.ndarray, lp: float,
                         want_grads: bool = False, step_jitter: float = 0.0,
-                        max_grads: float = math.inf) -> tuple[float, dict]:
+                        max_grads: float = math.inf,
+                        max_divergent: int = 0) -> tuple[float, dict]:
         """Up to ``n_iter`` warmup iterations with dual averaging of ε inside one C++ call
         (``ahmc_hmc_adapt_block``): the averaging ``state`` ``[mu, counter, s_bar, x_bar,
         log ε]`` (updated in place) towards ``params`` ``[target, gamma, t0, kappa]``,
         ``L_r ~ U{1..clamp(round(path_length/ε), 1, max_steps)}`` (``max_steps``: a number
         or one per iteration); stops after an update takes ε below ``min_step_size``, or
-        after the iteration in which the gradients reach ``max_grads``; ``step_jitter`` =
-        j > 0 uses ε·U(1 − j, 1 + j).
+        after the iteration in which the gradients reach ``max_grads`` or (``max_divergent``
+        > 0) the divergent transitions reach ``max_divergent``; ``step_jitter`` = j > 0
+        uses ε·U(1 − j, 1 + j).
         Returns (log density of the final state, the
         per-iteration arrays of :meth:`hmc_block` for the iterations made, plus
         ``step_size``, ``num_steps_max`` (the L of each iteration) and, with
@@ -213,7 +215,7 @@ class NativeDensity:
         self._lp.value = lp
         if self._adapt_block(
                 self._handle, n_iter, path_length, caps.ctypes.data, float(max_grads),
-                int(bool(jitter)),
+                int(max_divergent), int(bool(jitter)),
                 float(step_jitter), *metric_args(inv_metric), seed, max_energy_error, min_step_size,
                 state.ctypes.data, params.ctypes.data, x.ctypes.data, grad.ctypes.data,
                 self._lp_ptr, ctypes.addressof(n_done), out["step_size"].ctypes.data,

@@ -332,17 +332,19 @@ def test_bandit_partial_cv_inputs_are_an_error(mvn_model):
                         progress=False, parallel=False, prediction="y_pred")
 
 
-def test_bandit_logs_a_metric_fallback_without_an_extra_window(mvn_model, monkeypatch):
-    """The bandit's scale phase falls back like AHMC's (forced here) and logs it, but keeps
-    its length: the rounds start where they were planned to."""
+def test_bandit_logs_a_metric_fallback_without_a_restart(mvn_model, monkeypatch):
+    """The bandit's scale phase falls back like AHMC's (forced here) and logs it, but
+    switches in place instead of running the phase again: the rounds start where they
+    were planned to."""
     from ahmc_stan.tuning import hmc_warmup
 
     kw = dict(chains=1, warmup=400, draws=50, seed=3, metric="low_rank", progress=False,
               parallel=False, diagnose=False)
     assert tune_and_sample(mvn_model, "bandit", **kw).metadata["chains"][0][
         "metric_fallback"] is None
-    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent: True)
+    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent, window=None: True)
     fit = tune_and_sample(mvn_model, "bandit", **kw)
     log = fit.metadata["chains"][0]["metric_fallback"]
-    assert log["window"] == [100, 150] and log["extra_window"] is None
+    assert log["window"][0] == 100 and 100 < log["window"][1] <= 150
+    assert "restart" not in log
     assert (fit.warmup_sampler_stats["phase"][0] == 0).sum() == 200

@@ -376,8 +376,9 @@ def test_grad_init_starts_from_the_initial_gradient(mvn_model):
 # ---- fallback to Stan's diagonal -------------------------------------------------------------
 
 def test_metric_fallback_rule():
-    """More than 2 % of the last window's iterations, and more than 2, diverged."""
-    from ahmc_stan.tuning.hmc_warmup import metric_fallback
+    """More than 2 % of the last window's iterations, and more than 2, diverged; on the
+    window's first iterations, 2 % of its whole length."""
+    from ahmc_stan.tuning.hmc_warmup import fallback_divergences, metric_fallback
 
     def window(n, divergent):
         return np.arange(n) < divergent
@@ -387,30 +388,121 @@ def test_metric_fallback_rule():
     assert not metric_fallback(window(50, 2))
     assert metric_fallback(window(50, 3))
     assert not metric_fallback(window(0, 0))
+    assert not metric_fallback(window(25, 4), 200)
+    assert metric_fallback(window(25, 5), 200)
+    assert not metric_fallback(window(25, 2), 50)
+    assert [fallback_divergences(n) for n in (0, 50, 150, 200, 250, 1000)] == [3, 3, 4, 5, 6, 21]
+
+
+def _restarted(fit, fired, warmup=400):
+    """The iterations of the scale phase run again in Stan's diagonal from ``fired`` on,
+    and the draws of its last window."""
+    n_scale = warmup // 2
+    again = min(n_scale, warmup - fired - (warmup - n_scale) // 2)
+    a, b = adaptation_windows(again)[-1]
+    return again, fit.warmup_draws[0, fired + a:fired + b]
 
 
 def test_a_diverging_gradient_metric_falls_back_to_stans_diagonal(mvn_model, monkeypatch):
     """When the rule fires (forced here: no small model diverges the way Caravan does,
-    ``comparisons/nuts_peers.py``), the chain runs one more window, as long as the last
-    (at most half the tuning phase), in Stan's diagonal from the last window's draws; its
-    metric is Stan's regularised variance of that extra window's draws, and the fallback
-    is logged with both windows and the divergences; otherwise nothing is logged."""
+    ``comparisons/nuts_peers.py``), it fires at the end of the first call into the last
+    window, and the chain runs the scale phase again from there in Stan's diagonal with
+    its own windows, taking the iterations from the tuning phase (which keeps at least
+    half of its length); the metric is Stan's regularised variance of that phase's last
+    window, and the fallback is logged with the window, the divergences and where the
+    phase restarted; otherwise nothing is logged."""
     from ahmc_stan.tuning import hmc_warmup
     from ahmc_stan.tuning.windows import regularized_inv_metric
 
     kw = dict(chains=1, warmup=400, draws=10, seed=3, metric="low_rank", parallel=False,
               progress=False, diagnose=False)
     assert tune_and_sample(mvn_model, **kw).metadata["chains"][0]["metric_fallback"] is None
-    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent: True)
+    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent, window=None: True)
     fit = tune_and_sample(mvn_model, **kw)
     start, end = adaptation_windows(200)[-1]
     log = fit.metadata["chains"][0]["metric_fallback"]
+    fired = log["window"][1]
     assert log["metric"] == "low_rank" and log["to"] == "diag"
-    assert log["window"] == [start, end]
-    assert log["divergent"] == fit.warmup_sampler_stats["divergent"][0][start:end].sum()
-    assert log["extra_window"] == [end, 2 * end - start]  # 50 <= (400 - 200) // 2
+    assert log["window"][0] == start and start < fired <= end and log["restart"] == fired
+    assert log["divergent"] == fit.warmup_sampler_stats["divergent"][0][start:fired].sum()
+    again, window = _restarted(fit, fired)
+    np.testing.assert_allclose(fit.inv_metric[0], regularized_inv_metric(window, dense=False),
+                               rtol=1e-12)
+    assert (fit.warmup_sampler_stats["phase"][0] == 0).sum() == fired + again
+    assert 400 - fired - again >= 100
+
+
+def test_the_fallback_is_decided_in_the_diverging_iteration(monkeypatch):
+    """The C++ block of the last window stops in the iteration whose divergence decides
+    the rule (on the centred eight schools, which diverges for real): the draws until
+    then are those of a run that never falls back, and the scale phase runs again from
+    there in Stan's diagonal."""
+    from ahmc_stan import StanModel
+    from ahmc_stan.tuning import hmc_warmup
+    from ahmc_stan.tuning.windows import regularized_inv_metric
+
+    from .conftest import stan_model_path
+    from .test_convergence import EIGHT_SCHOOLS
+
+    model = StanModel(stan_model_path("eight_schools_centered"), EIGHT_SCHOOLS)
+    start, end = adaptation_windows(200)[-1]
+    need = hmc_warmup.fallback_divergences(end - start)
+    for seed in (2, 1, 3, 4, 5, 6, 7, 8):  # the first where it fires (seed 2 on AVX2)
+        kw = dict(chains=1, warmup=400, draws=10, seed=seed, metric="low_rank",
+                  parallel=False, progress=False, diagnose=False)
+        fit = tune_and_sample(model, **kw)
+        log = fit.metadata["chains"][0]["metric_fallback"]
+        if log is not None and log["window"][1] < end:
+            break
+    else:
+        pytest.fail("the fallback did not fire inside the last window at seeds 1-8")
+    fired = log["window"][1]
+    divergent = fit.warmup_sampler_stats["divergent"][0]
+    assert log["window"][0] == start and log["divergent"] == need
+    assert divergent[start:fired].sum() == need and divergent[fired - 1]
+    again, window = _restarted(fit, fired)
+    window = window.copy()
+    window[:, 1] = np.log(window[:, 1])  # tau > 0: the metric is on the unconstrained scale
+    np.testing.assert_allclose(fit.inv_metric[0], regularized_inv_metric(window, dense=False),
+                               rtol=1e-10)
+    assert (fit.warmup_sampler_stats["phase"][0] == 0).sum() == fired + again
+    monkeypatch.setattr(hmc_warmup, "fallback_divergences", lambda window: 10**6)
+    never = tune_and_sample(model, **kw)
+    assert never.metadata["chains"][0]["metric_fallback"] is None
+    np.testing.assert_array_equal(never.warmup_draws[0, :fired], fit.warmup_draws[0, :fired])
+
+
+def test_without_restart_the_fallback_switches_inside_the_window(monkeypatch):
+    """``hmc_warmup`` without ``restart`` (the bandit's scale phase): at the deciding
+    divergence the chain switches to Stan's diagonal of its last window-length of draws
+    and estimates it again from the rest of the window; with ``restart`` it raises
+    :class:`MetricFallback` there instead."""
+    from ahmc_stan import StanModel, hmc
+    from ahmc_stan.tuning import hmc_warmup
+    from ahmc_stan.tuning.windows import regularized_inv_metric
+
+    from .conftest import stan_model_path
+    from .test_convergence import EIGHT_SCHOOLS
+
+    model = StanModel(stan_model_path("eight_schools_centered"), EIGHT_SCHOOLS)
+    kernel = hmc.HMCKernel(model.density)
+    monkeypatch.setattr(hmc_warmup, "fallback_divergences", lambda window: 1)
+    start, end = adaptation_windows(200, early_window=25)[-1]
+    rows, notes = [], {}
+    _, inv_metric, _ = hmc_warmup.hmc_warmup(
+        kernel, np.random.default_rng(4), kernel.init(np.full(model.dims, 0.5)), 200,
+        "low_rank", rows.append, notes=notes.update)
+    positions = np.concatenate([r.info.positions for r in rows])
+    divergent = np.concatenate([r.info.is_divergent for r in rows])
+    fired = notes["metric_fallback"]["window"][1]
+    assert notes["metric_fallback"]["window"][0] == start and start < fired < end
+    assert divergent[start:fired].sum() == 1 and divergent[fired - 1]
+    assert len(positions) == 200
     np.testing.assert_allclose(
-        fit.inv_metric[0],
-        regularized_inv_metric(fit.warmup_draws[0, end:2 * end - start, :3], dense=False),
-        rtol=1e-12)
-    assert (fit.warmup_sampler_stats["phase"][0] == 0).sum() == 200 + end - start
+        inv_metric, regularized_inv_metric(positions[fired:end], dense=False), rtol=1e-12)
+    with pytest.raises(hmc_warmup.MetricFallback) as raised:
+        hmc_warmup.hmc_warmup(
+            kernel, np.random.default_rng(4), kernel.init(np.full(model.dims, 0.5)), 200,
+            "low_rank", lambda steps: None, restart=True)
+    assert raised.value.note == notes["metric_fallback"]
+    np.testing.assert_array_equal(raised.value.state.position, positions[fired - 1])

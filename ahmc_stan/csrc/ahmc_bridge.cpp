@@ -878,10 +878,11 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
 // the gradient at each iteration's state (row i).  The block stops early, after the
 // iteration whose update takes eps below `min_eps` (a collapsing warmup, see
 // ahmc_stan/tuning/stuck.py), or after the iteration in which its gradient evaluations
-// reach `max_grads`; `*n_done` is the number of iterations made.  Returns 0, or 1 when a
-// dense `inv_metric` is not positive definite.
+// reach `max_grads`, or (when `max_divergent` > 0) after the iteration in which its
+// divergent transitions reach `max_divergent`; `*n_done` is the number of iterations
+// made.  Returns 0, or 1 when a dense `inv_metric` is not positive definite.
 int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length,
-                         const int* max_steps, double max_grads,
+                         const int* max_steps, double max_grads, int max_divergent,
                          int jitter, double step_jitter, int metric,
                          const double* inv_metric, uint64_t seed,
                          double max_energy_error, double min_eps, double* state,
@@ -896,6 +897,7 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length,
          &log_eps = state[4];
   *n_done = 0;
   double made = 0;  // gradient evaluations
+  int diverged = 0;
   for (int i = 0; i < n_iter; ++i) {
     const double eps = std::exp(log_eps);
     const int cap = max_steps[i];
@@ -914,7 +916,10 @@ int ahmc_hmc_adapt_block(const bs_model* m, int n_iter, double path_length,
     x_bar = (1 - x_eta) * x_bar + x_eta * log_eps;
     *n_done = i + 1;
     made += n_grad[i];
-    if (!(std::exp(log_eps) >= min_eps) || made >= max_grads) break;
+    diverged += divergent[i] != 0;
+    if (!(std::exp(log_eps) >= min_eps) || made >= max_grads ||
+        (max_divergent > 0 && diverged >= max_divergent))
+      break;
   }
   chain.write_state(x, grad, lp);
   return 0;

@@ -54,7 +54,7 @@ from ..metric import from_record, metric_record
 from ..tuning import Box, Dimension, NativeBayesOptTuner
 from ..tuning.tail_rejection import tail_rejections
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
-from ..tuning.hmc_warmup import METRICS, auto_metric, hmc_warmup
+from ..tuning.hmc_warmup import METRICS, MetricFallback, auto_metric, hmc_warmup
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            call_iterations, next_phase, run_tuned_blocks,
@@ -108,13 +108,14 @@ def _record(rec: ChainRecorder, info, params: HMCParameters, phase: int, **extra
 
 def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restarts=None,
                  adapt_delta: float = 0.8, progress: Callable[[int], None] | None = None,
-                 notes: Callable[[dict], None] | None = None, extra_window: int = 0,
+                 notes: Callable[[dict], None] | None = None,
                  call_iterations: int | None = None, call_grads: float = math.inf,
-                 grad_init: bool = False, path_length: float = 2.0, phase: int = 0):
+                 grad_init: bool = False, path_length: float = 2.0, phase: int = 0,
+                 restart: bool = False):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
     ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)``
-    after every call into the kernel; ``notes``, ``extra_window``, ``call_iterations``,
-    ``call_grads``, ``grad_init`` and ``path_length`` as ``hmc_warmup``'s.
+    after every call into the kernel; ``notes``, ``call_iterations``, ``call_grads``,
+    ``grad_init``, ``path_length`` and ``restart`` as ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -122,9 +123,9 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
 
     return hmc_warmup(kernel, rng, state, n_iter, metric, record,
                       max_num_steps=max_num_steps, adapt_delta=adapt_delta,
-                      restarts=restarts, notes=notes, extra_window=extra_window,
+                      restarts=restarts, notes=notes,
                       call_iterations=call_iterations, call_grads=call_grads,
-                      grad_init=grad_init, path_length=path_length,
+                      grad_init=grad_init, path_length=path_length, restart=restart,
                       progress=None if progress is None else lambda: progress(rec.n))
 
 
@@ -201,10 +202,11 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``"fisher"``, ``"dense"``, ``"identity"`` or a fixed array): the scale phase's inverse
     metric (:mod:`ahmc_stan.tuning.hmc_warmup`), recorded in ``extras["metric"]``;
     ``comparisons/nuts_peers.py`` measures them.  A
-    chain whose ``low_rank`` or ``fisher`` metric diverged in its last window uses Stan's
-    diagonal instead, estimated again after one more window run in it (taken from the
-    tuning phase, at most half of it), logged in ``extras["metric_fallback"]`` (``None``
-    otherwise).
+    chain whose ``low_rank`` or ``fisher`` metric diverges in its last window
+    (:func:`~ahmc_stan.tuning.hmc_warmup.metric_fallback`) runs the scale phase again
+    from there, in Stan's diagonal with its own windows, as soon as the rule is decided;
+    the iterations spent are taken from the tuning phase, which keeps at least half of
+    its length.  It is logged in ``extras["metric_fallback"]`` (``None`` otherwise).
 
     ``tuning`` holds the tuner's options (:class:`TuningOptions`: ``k``, ``alpha``,
     ``kappa``, ``delta``, ``block_size``, ``adapt_during_sampling``, ``maximizer``, ...).
@@ -329,18 +331,27 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                          " from which the box over (step size, steps) is derived: give "
                          "box=((eps_lo, eps_hi), (L_lo, L_hi)) or a longer warmup")
     tuner, inv_metric, eps_ref, notes, tail_note = None, None, None, {}, None
+    first_attempt = (metric, n_scale, grad_init)
+    scale_metric, fell_back = metric, None
     with rec.running(warmup):
         while True:
             notes.clear()  # of a discarded attempt
             try:
                 state, inv_metric, eps_ref = _scale_phase(
-                    kernel, rng, state, n_scale, metric, rec, max_num_steps, restarts,
-                    adapt_delta, progress, notes.update, (warmup - n_scale) // 2,
-                    call_iterations(warmup, draws), options.max_call_steps, grad_init,
-                    scale_path_length)
+                    kernel, rng, state, n_scale, scale_metric, rec, max_num_steps, restarts,
+                    adapt_delta, progress, notes.update, call_iterations(warmup, draws),
+                    options.max_call_steps, grad_init, scale_path_length,
+                    restart=fell_back is None)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
+                (scale_metric, n_scale, grad_init), fell_back = first_attempt, None
+            except MetricFallback as fallback:  # the phase again in Stan's diagonal
+                state, fell_back, scale_metric, grad_init = (
+                    fallback.state, {**fallback.note, "restart": rec.n}, "diag", False)
+                n_scale = min(n_scale, warmup - rec.n - (warmup - n_scale) // 2)
+        if fell_back is not None:
+            notes["metric_fallback"] = fell_back
         progress(rec.n)
         box_given = box is not None
         box = default_box(eps_ref, max_num_steps, min_num_steps) if box is None else as_box(box)

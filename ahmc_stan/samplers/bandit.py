@@ -151,9 +151,9 @@ class ProductHMC:
 
     def scale(self, rng: np.random.Generator, n_iter: int, metric: str,
               max_num_steps: int) -> list[float | None]:
-        """AHMC's scale phase for each copy (a metric fallback is noted in
-        ``notes[j]``, without the extra window: the rounds' layout is fixed); returns the
-        reference step sizes ε*."""
+        """AHMC's scale phase for each copy (a metric fallback switches in place rather
+        than restarting the phase, since the rounds' layout is fixed, and is noted in
+        ``notes[j]``); returns the reference step sizes ε*."""
         eps = []
         for j, (kernel, rec) in enumerate(zip(self.kernels, self.recs)):
             self.states[j], self.inv_metrics[j], e = _scale_phase(

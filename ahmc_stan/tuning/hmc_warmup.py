@@ -31,13 +31,17 @@ baked its slowness into the metric, R-hat 1.84.)  Their paths start short (at mo
 :data:`EARLY_MAX_STEPS` steps, a cap doubled every :data:`EARLY_CAP_EVERY` iterations):
 their draws need only span the space, not be independent; with ``grad_init`` they run in
 ``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
-window ends.  A gradient-based metric whose last window diverged in more than
-:data:`FALLBACK_DIVERGENT` of its iterations is replaced by Stan's diagonal estimate from
-the same draws (:func:`metric_fallback`); when the caller grants ``extra_window``
-iterations, one more window of up to the last window's length then runs in that diagonal
-metric and Stan's diagonal is estimated again from its draws (a window that ran in the
-failing metric explored the directions it under-scaled too little, so its variances are
-too small there).
+window ends.  A gradient-based metric whose last window diverges in more than
+:data:`FALLBACK_DIVERGENT` of its iterations gives way to Stan's diagonal
+(:func:`metric_fallback`), decided in the iteration whose divergence decides the rule (the
+C++ block stops there).  With ``restart`` the phase then raises :class:`MetricFallback`
+and the caller runs a scale phase again in Stan's diagonal, with its own windows, from
+that state (:func:`~ahmc_stan.samplers.ahmc.run_tuned_chain`): the failing metric
+under-scales the directions it gets wrong, so its chain has barely moved along them, and
+any diagonal estimated from its draws is too small there (on Caravan's collinear pair,
+1–5 % of the posterior variance; ``README.md``).  Without ``restart`` the chain switches
+to Stan's diagonal estimate from its last window-length of draws and runs the rest of the
+window in it, estimated again at the window's end.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
 
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback",
            "auto_metric", "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
-           "EARLY_WINDOW", "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT"]
+           "EARLY_WINDOW", "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT",
+           "fallback_divergences", "MetricFallback"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
@@ -93,16 +98,26 @@ def auto_metric(dims: int, n_iter: int) -> str:
 FALLBACK_DIVERGENT = 0.02
 
 
-def metric_fallback(divergent: np.ndarray) -> bool:
+def metric_fallback(divergent: np.ndarray, window: int | None = None) -> bool:
     """Whether the draws-and-gradients estimate of the last window should give way to
     Stan's diagonal estimate from the draws alone: more than :data:`FALLBACK_DIVERGENT` of
     the window's iterations (and more than 2) diverged.  Divergences there say that the
     curvature changes across the region the window visited; the gradient-based estimates
     fit the curvature *where the window was*, and their reference step size and box over
     (ε, L) then differ from chain to chain and keep out the long paths such a posterior
-    needs, while the draws' variances set a small ε and so a box that reaches them."""
+    needs, while the draws' variances set a small ε and so a box that reaches them.
+    ``window``: the window's length when ``divergent`` covers only its first iterations
+    (divergences only add up, so the rule is then already decided)."""
     divergent = np.asarray(divergent, dtype=bool)
-    return int(divergent.sum()) > max(2, FALLBACK_DIVERGENT * len(divergent))
+    n = len(divergent) if window is None else window
+    return int(divergent.sum()) >= fallback_divergences(n)
+
+
+def fallback_divergences(window: int) -> int:
+    """The number of divergent transitions at which :func:`metric_fallback` fires in a
+    window of ``window`` iterations: the smallest above 2 and above
+    :data:`FALLBACK_DIVERGENT` of them."""
+    return math.floor(max(2, FALLBACK_DIVERGENT * window)) + 1
 
 
 @dataclass(frozen=True)
@@ -129,22 +144,24 @@ def _steps_bound(step_size, path_length: float, max_steps: int):
 def adapt_steps(kernel, rng: np.random.Generator, state, inv_metric, n_iter: int,
                 averager: DualAveraging, path_length: float, max_steps,
                 min_step_size: float = 0.0, want_grads: bool = False, jitter: bool = True,
-                step_jitter: float = 0.0, max_grads: float = math.inf):
+                step_jitter: float = 0.0, max_grads: float = math.inf,
+                max_divergent: int = 0):
     """Up to ``n_iter`` iterations, each at the averager's current ε with
     ``L_r ~ U{1..L}``, ``L = clamp(round(path_length/ε), 1, max_steps)`` (``max_steps``
     when ``path_length`` <= 0; ``L_r = L`` without ``jitter``; ``max_steps`` a number or
     one per iteration), the averager updated with each acceptance probability; stops after
-    an update takes ε below ``min_step_size``, or after the iteration in which the
-    gradients reach ``max_grads``.  ``step_jitter`` = j > 0 runs each iteration at
+    an update takes ε below ``min_step_size``, after the iteration in which the
+    gradients reach ``max_grads``, or (``max_divergent`` > 0) after the one in which the
+    divergent transitions reach ``max_divergent``.  ``step_jitter`` = j > 0 runs each iteration at
     ε·U(1 − j, 1 + j) (Neal 2011, §5.4.2.2).  Returns (state, :class:`AdaptedSteps`)."""
     if hasattr(kernel, "adapt_run"):
         return kernel.adapt_run(rng, state, inv_metric, n_iter, averager, path_length,
                                 max_steps, min_step_size, want_grads, jitter, step_jitter,
-                                max_grads)
+                                max_grads, max_divergent)
     from ..hmc import HMCParameters, stack_infos
 
     caps = np.broadcast_to(max_steps, (n_iter,))
-    infos, sizes, bounds, grads, n_grad = [], [], [], [], 0
+    infos, sizes, bounds, grads, n_grad, n_div = [], [], [], [], 0, 0
     for j in range(n_iter):
         eps = averager.step_size
         bound = int(_steps_bound(eps, path_length, int(caps[j])))
@@ -158,9 +175,10 @@ def adapt_steps(kernel, rng: np.random.Generator, state, inv_metric, n_iter: int
         if want_grads:
             grads.append(state.logdensity_grad.copy())
         n_grad += int(info.num_grad[0])
+        n_div += bool(info.is_divergent[0])
         if not averager.update(float(info.acceptance_rate[0])) >= min_step_size:
             break
-        if n_grad >= max_grads:
+        if n_grad >= max_grads or 0 < max_divergent <= n_div:
             break
     return state, AdaptedSteps(stack_infos(infos), np.array(sizes), np.array(bounds),
                                np.array(grads) if want_grads else None)
@@ -199,13 +217,22 @@ def gradient_init(grad: np.ndarray) -> np.ndarray:
     return np.clip(np.where(ok, 1.0 / np.where(ok, g, 1.0), 1.0), 1e-10, 1e10)
 
 
+class MetricFallback(Exception):
+    """Internal signal from :func:`hmc_warmup` with ``restart``: the fallback fired in
+    ``state``; ``note`` is what it logs."""
+
+    def __init__(self, state, note: dict):
+        super().__init__("metric fallback")
+        self.state, self.note = state, note
+
+
 def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                record: Callable[[AdaptedSteps], None], *, max_num_steps: int = 1000,
                adapt_delta: float = 0.8, path_length: float = 2.0, restarts=None,
                progress: Callable[[], None] | None = None,
-               notes: Callable[[dict], None] | None = None, extra_window: int = 0,
+               notes: Callable[[dict], None] | None = None,
                call_iterations: int | None = None, call_grads: float = math.inf,
-               grad_init: bool = False):
+               grad_init: bool = False, restart: bool = False):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
@@ -215,11 +242,10 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     ``call_grads`` gradients.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
-    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``; it
-    may add a window of up to ``extra_window`` iterations (module docstring), so that the
-    phase runs ``n_iter`` plus that many.  ``grad_init`` (``fisher`` and ``low_rank``
-    only): until the first window ends the chain runs in :func:`gradient_init` instead
-    of the identity.
+    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``, or with
+    ``restart`` raised as :class:`MetricFallback` (module docstring).  ``grad_init``
+    (``fisher`` and ``low_rank`` only): until the first window ends the chain runs in
+    :func:`gradient_init` instead of the identity.
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, (np.ndarray, LowRankInvMetric))
@@ -258,15 +284,21 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
     positions, grads, divergent = [], [], []
     last_window_end = max(window_start, default=None)
+    watch = from_gradients and last_window_end is not None  # for the fallback
     estimator = metric  # "diag" after a fallback
     it = 0
     while it < n_iter:
         stop = min([n_iter, it + (call_iterations or n_iter),
                     *[end for end in window_start if end > it]])
+        limit = 0  # in the last window: stop where the fallback rule is decided
+        if watch and it >= window_start[last_window_end]:
+            start = window_start[last_window_end]
+            limit = (fallback_divergences(last_window_end - start)
+                     - int(np.concatenate(divergent)[start:it].sum() if it > start else 0))
         floor = 0.0 if detector is None else detector.floor
         state, steps = adapt_steps(kernel, rng, state, inv_metric, stop - it, averager,
                                    path_length, caps(it, stop - it), floor, from_gradients,
-                                   max_grads=call_grads)
+                                   max_grads=call_grads, max_divergent=limit)
         record(steps)
         positions.append(steps.info.positions)
         divergent.append(steps.info.is_divergent)
@@ -276,28 +308,39 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         it += len(steps.info.positions)
         if progress is not None:
             progress()
-        if it in window_start:
+        fallback = None
+        if watch and it > window_start[last_window_end]:
+            start = window_start[last_window_end]
+            diverged = np.concatenate(divergent)[start:it]
+            if metric_fallback(diverged, last_window_end - start):
+                fallback = start
+            elif it == last_window_end:
+                watch = False
+        if fallback is not None:
+            note = {"metric": metric, "to": "diag", "window": [fallback, it],
+                    "divergent": int(diverged.sum())}
+            if restart:
+                raise MetricFallback(state, note)
+            # Stan's diagonal for the rest of the window, estimated again at its end
+            before = max(it - (last_window_end - fallback), min(window_start.values()))
+            inv_metric = regularized_inv_metric(np.concatenate(positions)[before:it],
+                                                dense=False)
+            estimator, watch = "diag", False
+            if it < last_window_end:
+                window_start[last_window_end] = it
+            if notes is not None:
+                notes({"metric_fallback": note})
+        elif it in window_start:
             start = window_start[it]
             window = np.concatenate(positions)[start:it]
-            diverged = np.concatenate(divergent)[start:it]
-            if from_gradients and it == last_window_end and metric_fallback(diverged):
-                inv_metric = regularized_inv_metric(window, dense=False)
-                estimator = "diag"
-                extra = min(it - start, max(0, int(extra_window)))
-                if extra > 0:  # re-estimated at its end; the terminal buffer follows
-                    window_start[it + extra] = it
-                    n_iter += extra
-                if notes is not None:
-                    notes({"metric_fallback": {
-                        "metric": metric, "to": "diag", "window": [start, it],
-                        "divergent": int(diverged.sum()),
-                        "extra_window": [it, it + extra] if extra else None}})
-            elif estimator in ("fisher", "low_rank"):
+            if estimator in ("fisher", "low_rank"):
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
                 inv_metric = estimate(window, np.concatenate(grads)[start:it])
             else:
                 inv_metric = regularized_inv_metric(window, dense=estimator == "dense")
-            averager.restart(initial_step_size(log_accept, averager.final))
-            if detector is not None:
-                detector.restart(averager.step_size)
+        else:
+            continue
+        averager.restart(initial_step_size(log_accept, averager.final))
+        if detector is not None:
+            detector.restart(averager.step_size)
     return state, inv_metric, averager.final
