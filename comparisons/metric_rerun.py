@@ -39,7 +39,7 @@ DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "metric_rerun.md"
 #: What the JSON file beside the table keeps of each run.
 KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_failure",
         "problems", "max_abs_z_mean", "max_abs_z_sd", "n_grad", "time_seconds",
-        "metric_rerun", "chain_rerun", "extension")
+        "metric_rerun", "chain_rerun", "extension", "metric_fallbacks")
 
 
 def _median(values, fmt: str) -> str:
@@ -70,7 +70,9 @@ def main(argv=None) -> int:
                       f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
                       + (f"; rerun: {rerun['note']}" if rerun else "")
                       + (f"; {row['chain_rerun']['note']}" if row.get("chain_rerun") else "")
-                      + (f"; {row['extension']['note']}" if row.get("extension") else ""),
+                      + (f"; {row['extension']['note']}" if row.get("extension") else "")
+                      + (f"; metric fallback in {row['metric_fallbacks']} chains"
+                         if row.get("metric_fallbacks") else ""),
                       flush=True)
             records = [r["metric_rerun"] for r in rows if r.get("metric_rerun")]
             reruns = [r for r in records if r["ran"]]

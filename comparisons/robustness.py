@@ -357,6 +357,8 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["metric_rerun"] = fit.metadata.get("metric_rerun")
         row["chain_rerun"] = fit.metadata.get("chain_rerun")
         row["extension"] = fit.metadata.get("extension")
+        row["metric_fallbacks"] = sum(  # chains of the returned fit (not of a run rerun)
+            c.get("metric_fallback") is not None for c in fit.metadata.get("chains", []))
         row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)
         row["min_ess_bulk"] = float(fit.efficiency()["min_ess_bulk"])
         row["columns"] = cols

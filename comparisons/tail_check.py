@@ -55,7 +55,6 @@ def summarise(fit) -> dict:
                                   1 - fit.sampler_stats["accept_stat"][i, 1:]))]
              for i, c in enumerate(chains)]
     return {"per_grad": e["min_ess_per_grad_total"], "max_rhat": e["max_rhat"],
-            "readapted": sum(1 for c in chains if c.get("tail_check")),
             "rerun": "metric_rerun" in fit.metadata,
             "extended": bool(fit.metadata.get("extension", {}).get("extended")),
             "warmup_share": e["n_grad_equiv_warmup"] / grads, "sampling_tails": tails}
@@ -84,7 +83,7 @@ def report(rows: dict) -> str:
             f"{med(on, 'per_grad'):.4g} | {med(on, 'per_grad') / med(off, 'per_grad'):.2f} | "
             + ", ".join(f"{a['per_grad']:.3g} → {b['per_grad']:.3g}" for a, b in zip(off, on))
             + f" | {max(x['max_rhat'] for x in off):.4f} → {max(x['max_rhat'] for x in on):.4f}"
-            f" | {sum(x['readapted'] for x in on)} of {4 * len(on)}"
+            f" | {sum(again for x in on for again, _ in x['sampling_tails'])} of {4 * len(on)}"
             f" | {sum(x['rerun'] for x in off)} / {sum(x['rerun'] for x in on)}"
             f" | {sum(x['extended'] for x in off)} / {sum(x['extended'] for x in on)}"
             f" | {med(off, 'warmup_share'):.2f} → {med(on, 'warmup_share'):.2f} | "

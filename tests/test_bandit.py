@@ -342,7 +342,7 @@ def test_bandit_logs_a_metric_fallback_without_a_restart(mvn_model, monkeypatch)
               parallel=False, diagnose=False)
     assert tune_and_sample(mvn_model, "bandit", **kw).metadata["chains"][0][
         "metric_fallback"] is None
-    monkeypatch.setattr(hmc_warmup, "metric_fallback", lambda divergent, window=None: True)
+    monkeypatch.setattr(hmc_warmup, "fallback_divergences", lambda window: 0)
     fit = tune_and_sample(mvn_model, "bandit", **kw)
     log = fit.metadata["chains"][0]["metric_fallback"]
     assert log["window"][0] == 100 and 100 < log["window"][1] <= 150

@@ -473,7 +473,10 @@ def test_garch_low_rank_tail_warns_and_the_metric_rerun_fixes_it(tmp_path):
     assert saved.n_grad_warmup == fit.n_grad_warmup
     assert (out / "metric_rerun" / "chain_1.stream").exists()
     rerun = fit.metadata["metric_rerun"]
-    assert rerun["adopted"] and rerun["reason"] == low_rank.summary()
+    # the rerun's reason is the rule's diagnosis, which also reads R-hat and ESS (a tail
+    # ESS near 400 on some CPUs and seeds, allowed above)
+    reason = diagnose(low_rank_fit, checks=("tail_rejection", "ebfmi", "rhat_ess"))
+    assert rerun["adopted"] and rerun["reason"] == reason.summary()
     assert fit.metadata["options"] == {"tail_check": False, "metric": "diag"}
     np.testing.assert_array_equal(fit.draws, diag_fit.draws)
     assert fit.diagnose().converged

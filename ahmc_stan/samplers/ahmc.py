@@ -203,7 +203,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     metric (:mod:`ahmc_stan.tuning.hmc_warmup`), recorded in ``extras["metric"]``;
     ``comparisons/nuts_peers.py`` measures them.  A
     chain whose ``low_rank`` or ``fisher`` metric diverges in its last window
-    (:func:`~ahmc_stan.tuning.hmc_warmup.metric_fallback`) runs the scale phase again
+    (:func:`~ahmc_stan.tuning.hmc_warmup.fallback_divergences`) runs the scale phase again
     from there, in Stan's diagonal with its own windows, as soon as the rule is decided;
     the iterations spent are taken from the tuning phase, which keeps at least half of
     its length.  It is logged in ``extras["metric_fallback"]`` (``None`` otherwise).

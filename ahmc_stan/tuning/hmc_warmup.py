@@ -33,8 +33,8 @@ their draws need only span the space, not be independent; with ``grad_init`` the
 ``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
 window ends.  A gradient-based metric whose last window diverges in more than
 :data:`FALLBACK_DIVERGENT` of its iterations gives way to Stan's diagonal
-(:func:`metric_fallback`), decided in the iteration whose divergence decides the rule (the
-C++ block stops there).  With ``restart`` the phase then raises :class:`MetricFallback`
+(:func:`fallback_divergences`), decided in the iteration whose divergence decides the
+rule (the C++ block stops there).  With ``restart`` the phase then raises :class:`MetricFallback`
 and the caller runs a scale phase again in Stan's diagonal, with its own windows, from
 that state (:func:`~ahmc_stan.samplers.ahmc.run_tuned_chain`): the failing metric
 under-scales the directions it gets wrong, so its chain has barely moved along them, and
@@ -57,10 +57,10 @@ from .step_size import DualAveraging, initial_step_size
 from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric,
                       regularized_inv_metric)
 
-__all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "metric_fallback",
-           "auto_metric", "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
-           "EARLY_WINDOW", "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT",
-           "fallback_divergences", "MetricFallback"]
+__all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "auto_metric",
+           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "EARLY_WINDOW",
+           "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT", "fallback_divergences",
+           "MetricFallback"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
@@ -94,29 +94,20 @@ def auto_metric(dims: int, n_iter: int) -> str:
 
 
 #: A gradient-based metric falls back to Stan's diagonal when more than this share of its
-#: last window's iterations (and more than two) diverged (:func:`metric_fallback`).
+#: last window's iterations (and more than two) diverged (:func:`fallback_divergences`).
 FALLBACK_DIVERGENT = 0.02
 
 
-def metric_fallback(divergent: np.ndarray, window: int | None = None) -> bool:
-    """Whether the draws-and-gradients estimate of the last window should give way to
-    Stan's diagonal estimate from the draws alone: more than :data:`FALLBACK_DIVERGENT` of
-    the window's iterations (and more than 2) diverged.  Divergences there say that the
-    curvature changes across the region the window visited; the gradient-based estimates
-    fit the curvature *where the window was*, and their reference step size and box over
-    (ε, L) then differ from chain to chain and keep out the long paths such a posterior
-    needs, while the draws' variances set a small ε and so a box that reaches them.
-    ``window``: the window's length when ``divergent`` covers only its first iterations
-    (divergences only add up, so the rule is then already decided)."""
-    divergent = np.asarray(divergent, dtype=bool)
-    n = len(divergent) if window is None else window
-    return int(divergent.sum()) >= fallback_divergences(n)
-
-
 def fallback_divergences(window: int) -> int:
-    """The number of divergent transitions at which :func:`metric_fallback` fires in a
-    window of ``window`` iterations: the smallest above 2 and above
-    :data:`FALLBACK_DIVERGENT` of them."""
+    """The number of divergent transitions in the last window of ``window`` iterations at
+    which the draws-and-gradients estimate gives way to Stan's diagonal estimate from the
+    draws alone: the smallest above 2 and above :data:`FALLBACK_DIVERGENT` of them.
+    Divergences there say that the curvature changes across the region the window
+    visited; the gradient-based estimates fit the curvature *where the window was*, and
+    their reference step size and box over (ε, L) then differ from chain to chain and keep
+    out the long paths such a posterior needs, while the draws' variances set a small ε and
+    so a box that reaches them.  Divergences only add up, so the rule is decided in the
+    iteration that reaches this number."""
     return math.floor(max(2, FALLBACK_DIVERGENT * window)) + 1
 
 
@@ -242,7 +233,8 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     ``call_grads`` gradients.  With ``restarts`` (a
     :class:`~ahmc_stan.tuning.stuck.WarmupRestarts`) a stuck chain raises
     :class:`~ahmc_stan.tuning.stuck.WarmupStuck`.  A fallback to Stan's diagonal metric
-    (:func:`metric_fallback`) is reported as ``notes({"metric_fallback": {...}})``, or with
+    (:func:`fallback_divergences`) is reported as ``notes({"metric_fallback": {...}})``, or
+    with
     ``restart`` raised as :class:`MetricFallback` (module docstring).  ``grad_init``
     (``fisher`` and ``low_rank`` only): until the first window ends the chain runs in
     :func:`gradient_init` instead of the identity.
@@ -282,50 +274,49 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         return state, inv_metric, None
     averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
-    positions, grads, divergent = [], [], []
+    positions, grads = [], []
     last_window_end = max(window_start, default=None)
     watch = from_gradients and last_window_end is not None  # for the fallback
     estimator = metric  # "diag" after a fallback
+    if watch:
+        last_start = window_start[last_window_end]
+        rule = fallback_divergences(last_window_end - last_start)
+    diverged = 0  # in the last window so far
     it = 0
     while it < n_iter:
         stop = min([n_iter, it + (call_iterations or n_iter),
                     *[end for end in window_start if end > it]])
-        limit = 0  # in the last window: stop where the fallback rule is decided
-        if watch and it >= window_start[last_window_end]:
-            start = window_start[last_window_end]
-            limit = (fallback_divergences(last_window_end - start)
-                     - int(np.concatenate(divergent)[start:it].sum() if it > start else 0))
+        # in the last window (calls never cross a window's end): stop where the
+        # fallback rule is decided
+        in_last = watch and it >= last_start
+        limit = rule - diverged if in_last else 0
         floor = 0.0 if detector is None else detector.floor
         state, steps = adapt_steps(kernel, rng, state, inv_metric, stop - it, averager,
                                    path_length, caps(it, stop - it), floor, from_gradients,
                                    max_grads=call_grads, max_divergent=limit)
         record(steps)
         positions.append(steps.info.positions)
-        divergent.append(steps.info.is_divergent)
         if from_gradients:
             grads.append(steps.grads)
         check_stuck(detector, steps, averager, it)
         it += len(steps.info.positions)
         if progress is not None:
             progress()
-        fallback = None
-        if watch and it > window_start[last_window_end]:
-            start = window_start[last_window_end]
-            diverged = np.concatenate(divergent)[start:it]
-            if metric_fallback(diverged, last_window_end - start):
-                fallback = start
-            elif it == last_window_end:
-                watch = False
-        if fallback is not None:
-            note = {"metric": metric, "to": "diag", "window": [fallback, it],
-                    "divergent": int(diverged.sum())}
+        fell_back = False
+        if in_last:
+            diverged += int(steps.info.is_divergent.sum())
+            fell_back = diverged >= rule
+            watch = not fell_back and it < last_window_end
+        if fell_back:
+            note = {"metric": metric, "to": "diag", "window": [last_start, it],
+                    "divergent": diverged}
             if restart:
                 raise MetricFallback(state, note)
             # Stan's diagonal for the rest of the window, estimated again at its end
-            before = max(it - (last_window_end - fallback), min(window_start.values()))
+            before = max(it - (last_window_end - last_start), min(window_start.values()))
             inv_metric = regularized_inv_metric(np.concatenate(positions)[before:it],
                                                 dense=False)
-            estimator, watch = "diag", False
+            estimator = "diag"
             if it < last_window_end:
                 window_start[last_window_end] = it
             if notes is not None:
