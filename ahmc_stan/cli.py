@@ -33,12 +33,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         help="data in Stan's JSON format")
 
 
-def add_run_args(parser: argparse.ArgumentParser, *, warmup: int = 1000,
-                 draws: int = 1000) -> None:
+def add_run_args(parser: argparse.ArgumentParser, *, warmup: int | None = 1000,
+                 draws: int = 1000, warmup_help: str | None = None) -> None:
     """``--chains --warmup --draws --thin --seed --output --output-dir``."""
     parser.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     parser.add_argument("--warmup", type=int, default=warmup,
-                        help=f"warmup iterations per chain (default {warmup})")
+                        help=warmup_help or f"warmup iterations per chain (default {warmup})")
     parser.add_argument("--draws", type=int, default=draws,
                         help=f"sampling iterations per chain (default {draws})")
     parser.add_argument("--thin", type=int, default=1,
@@ -131,7 +131,8 @@ def _parse_option(text: str):
 
 def _sample_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
-    add_run_args(parser)
+    add_run_args(parser, warmup=None, warmup_help="warmup iterations per chain (default: "
+                 "the sampler's, for ahmc 500 up to 100 parameters, else 1000)")
     parser.add_argument("--sampler", default="ahmc",
                         help="one of ahmc_stan.sampling.SAMPLERS (default ahmc)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
@@ -204,7 +205,10 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                              "nuts (CmdStan), nutpie, nutpie_lowrank (default nuts)")
     single = parser.add_argument_group("single-model mode")
     single.add_argument("--chains", type=int, default=4, help="chains (default 4)")
-    single.add_argument("--warmup", type=int, default=1000, help="warmup iterations (1000)")
+    single.add_argument("--warmup", type=int, default=None,
+                        help="warmup iterations (default: each sampler's and peer's own: "
+                             "ahmc 500 up to 100 parameters, else 1000; CmdStan 1000; "
+                             "nutpie 400, low rank 800)")
     single.add_argument("--draws", type=int, default=1000, help="kept iterations (1000)")
     single.add_argument("--seed", type=int, default=None, help="random seed")
     single.add_argument("--csv", metavar="TABLE.csv", default=None,
@@ -242,7 +246,9 @@ def compare_model(args: argparse.Namespace) -> int:
     model = load_model(args)
     split = lambda text: [s.strip() for s in text.split(",") if s.strip()]
     names = split(args.samplers or "ahmc") + split(args.peers)
-    run = dict(chains=args.chains, warmup=args.warmup, draws=args.draws, seed=args.seed)
+    run = dict(chains=args.chains, draws=args.draws, seed=args.seed)
+    if args.warmup is not None:  # else each sampler's and peer's own default
+        run["warmup"] = args.warmup
     fits = {}
     for name in dict.fromkeys(names):
         fits[name] = (run_peer(name, model, diagnose=False, **run) if name in PEERS

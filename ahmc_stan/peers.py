@@ -53,12 +53,15 @@ def _nutpie():
     return nutpie, _lib, CompiledStanModel
 
 
-def run_nutpie(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
+def run_nutpie(model, chains: int = 4, warmup: int | None = None, draws: int = 1000,
                seed: int | None = None, *, low_rank: bool = False,
                adapt_delta: float | None = None, max_treedepth: int | None = None,
                cores: int | None = None, progress: bool = False, diagnose: bool = True,
                **options: Any) -> Fit:
     """Sample ``model`` (a :class:`~ahmc_stan.model.StanModel`) with nutpie's NUTS.
+    ``warmup``: nutpie's tuning iterations, by default nutpie's own (400 with its diagonal
+    mass matrix, 800 with the low-rank one in nutpie 0.16; ``metadata["warmup"]`` holds
+    the number run).
 
     ``low_rank``: nutpie's low-rank modified mass matrix (default: its diagonal one, from
     draws and gradients).  ``adapt_delta`` and ``max_treedepth`` are Stan's names of
@@ -124,7 +127,7 @@ def _fit_from_trace(model, trace, seed: int, warmup: int, draws: int, chain_seco
 
     samp_rows, samp_stats = group(trace.sample_stats)
     warm_rows, warm_stats = group(trace.warmup_sample_stats)
-    chains = samp_stats["n_grad"].shape[0]
+    chains, warmup = samp_stats["n_grad"].shape[0], warm_stats["n_grad"].shape[1]
     for stats in (samp_stats, warm_stats):
         stats["n_grad"] = stats["n_grad"].astype(np.int64)
         stats["divergent"] = stats["divergent"].astype(np.int64)

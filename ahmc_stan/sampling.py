@@ -96,6 +96,24 @@ CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 }
 
 
+#: Warmup iterations per chain when a call does not give ``warmup``: AHMC's
+#: SHORT_WARMUP on models of at most SHORT_WARMUP_MAX_DIMS parameters, where its scale
+#: phase's last window (100 draws) holds as many draws as parameters, so the low-rank
+#: metric applies and settles; CmdStan's 1000 beyond and for every other sampler
+#: (``README.md``, "The default warmup", measures both).
+SHORT_WARMUP = {"ahmc": 500}
+SHORT_WARMUP_MAX_DIMS = 100
+STAN_WARMUP = 1000
+
+
+def default_warmup(sampler: str, dims: int) -> int:
+    """The warmup iterations ``sampler`` runs on a model of ``dims`` parameters when the
+    call does not say (:data:`SHORT_WARMUP`)."""
+    if sampler in SHORT_WARMUP and dims <= SHORT_WARMUP_MAX_DIMS:
+        return SHORT_WARMUP[sampler]
+    return STAN_WARMUP
+
+
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
     SAMPLERS[name] = loader
 
@@ -180,7 +198,8 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
             raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
 
     integer("chains", chains, 1)
-    integer("warmup", warmup, 0)
+    if warmup is not None:  # None: the sampler's default (default_warmup)
+        integer("warmup", warmup, 0)
     integer("draws", draws, 1)
     integer("thin", thin, 1)
     if seed is not None:
@@ -470,7 +489,8 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
 
 
 def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
-                    warmup: int = 1000, draws: int = 1000, seed: int | None = None,
+                    warmup: int | None = None, draws: int = 1000,
+                    seed: int | None = None,
                     init: Any = None, progress: bool = True,
                     parallel: bool | int | None = None, diagnose: bool = True,
                     max_seconds: float | None = None, thin: int = 1,
@@ -481,7 +501,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
-    kept).
+    kept).  ``warmup`` defaults to the sampler's (:func:`default_warmup`: 500 for AHMC on
+    models of up to 100 parameters, else 1000, CmdStan's, as for the other samplers).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
@@ -549,6 +570,8 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     """
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options, thin)
     inits, radius = _chain_inits(init, chains)
+    if warmup is None:
+        warmup = default_warmup(sampler, model.dims)
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)

@@ -2,7 +2,8 @@
 side by side in one run (issue "Beat the best NUTS"):
 
     python comparisons/nuts_peers.py [--seeds 1,2,3] [--models gauss2d,neal100,...]
-                                     [--chains 4] [--warmup 1000] [--draws 1000]
+                                     [--chains 4] [--warmup 1000 | --own-warmup]
+                                     [--draws 1000]
 
 Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-d, the
 51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP), the two latent fields
@@ -18,7 +19,8 @@ so without the rerun; ``fisher``: from draws and gradients;
 an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first window runs
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
-chains, iterations and seeds.  For each model and
+chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
+warmup iterations instead (AHMC 500, CmdStan 1000, nutpie 400, nutpie low-rank 800).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
 also min tail and folded ESS per gradient, the spread's counterparts.
@@ -96,6 +98,7 @@ def load(name: str):
 
 def run_one(model, sampler: str, run: dict) -> dict:
     start = time.perf_counter()
+    run = {k: v for k, v in run.items() if v is not None}  # warmup None: the sampler's own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if sampler in OURS:
@@ -124,6 +127,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default=",".join(SUITE + list(REGRESSIONS)))
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--own-warmup", action="store_true",
+                        help="each sampler at its own default warmup (not --warmup)")
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--samplers", default=",".join(list(OURS) + PEERS),
                         help="which of ours to run (the three NUTS always run)")
@@ -141,7 +146,8 @@ def main(argv=None) -> None:
     for name in models:
         start = time.perf_counter()
         model = load(name)
-        runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=args.warmup,
+        warmup = None if args.own_warmup else args.warmup
+        runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=warmup,
                                            draws=args.draws, seed=seed))
                     for seed in seeds] for s in samplers}
         med = {s: {k: float(np.median([r[k] for r in runs[s]])) for k in runs[s][0]}
@@ -151,7 +157,8 @@ def main(argv=None) -> None:
         best = {k: max(med[p][k] for p in PEERS)
                 for k in ("per_grad", "per_s", "per_grad_tail", "per_grad_folded")}
         rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best,
-                      "settings": {"chains": args.chains, "warmup": args.warmup,
+                      "settings": {"chains": args.chains,
+                                   "warmup": "own" if args.own_warmup else args.warmup,
                                    "draws": args.draws, "seeds": seeds},
                       "wall_seconds": time.perf_counter() - start}
         print(f"{name}: " + ", ".join(
@@ -168,7 +175,9 @@ def report(rows: dict) -> str:
 
     lines = ["# AHMC against the best NUTS\n",
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
-             "--draws D` (each model's chains, iterations and seeds in the last table). Min bulk ESS "
+             "--draws D` (each model's chains, iterations and seeds in the last table; warmup "
+             "\"own\": `--own-warmup`, each sampler at its own default: AHMC 500 up to 100 "
+             "parameters, CmdStan 1000, nutpie 400, nutpie low-rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "

@@ -283,6 +283,15 @@ def _z(est: float, ref: float, se_est: float, se_ref: float) -> float:
     return diff / denom
 
 
+def metric_fallbacks(metadata: dict) -> int:
+    """The chains of a returned fit (not of a run rerun) whose metric fell back to Stan's
+    diagonal; 0 for a fit whose ``metadata["chains"]`` is not a list of chains' records
+    (CmdStan's NUTS keeps the number of chains there)."""
+    chains = metadata.get("chains")
+    return sum(isinstance(c, dict) and c.get("metric_fallback") is not None
+               for c in (chains if isinstance(chains, list) else []))
+
+
 def run_job(model_name: str, sampler: str, settings: dict) -> dict:
     """One sampler on one model, reduced to numbers (runs in a worker process);
     ``settings["options"]`` (optional) are passed to ``tune_and_sample``."""
@@ -357,8 +366,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["metric_rerun"] = fit.metadata.get("metric_rerun")
         row["chain_rerun"] = fit.metadata.get("chain_rerun")
         row["extension"] = fit.metadata.get("extension")
-        row["metric_fallbacks"] = sum(  # chains of the returned fit (not of a run rerun)
-            c.get("metric_fallback") is not None for c in fit.metadata.get("chains", []))
+        row["metric_fallbacks"] = metric_fallbacks(fit.metadata)
         row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)
         row["min_ess_bulk"] = float(fit.efficiency()["min_ess_bulk"])
         row["columns"] = cols

@@ -225,3 +225,29 @@ def test_progress_bar_on_a_terminal_names_the_phase():
     bar.close()
     text = out.getvalue()
     assert "ahmc chain 2 (warmup)" in text and "ahmc chain 2 (sampling)" in text
+
+
+@pytest.mark.parametrize("sampler, dims, warmup", [
+    ("ahmc", 100, 500), ("ahmc", 101, 1000), ("gadmala", 10, 1000), ("ohmc", 10, 1000),
+    ("ahmc", 10, 7)])
+def test_warmup_defaults_to_the_samplers_own(monkeypatch, sampler, dims, warmup):
+    """Without ``warmup`` AHMC runs 500 warmup iterations on models of up to 100
+    parameters (README, "The default warmup"), 1000 (CmdStan's) beyond; every other
+    sampler 1000; a given ``warmup`` is kept."""
+    from ahmc_stan import sampling
+
+    class Ran(Exception):
+        pass
+
+    class Dims:
+        def __init__(self, dims):
+            self.dims = dims
+
+    def run_chains(model, name, chains, n_warmup, *args):
+        raise Ran(n_warmup)
+
+    monkeypatch.setattr(sampling, "_run_chains", run_chains)
+    given = {"warmup": warmup} if warmup == 7 else {}
+    with pytest.raises(Ran) as ran:
+        tune_and_sample(Dims(dims), sampler, progress=False, **given)
+    assert ran.value.args[0] == warmup

@@ -84,3 +84,10 @@ def test_compare_ranks_nutpie_beside_nuts(mvn_model, nutpie_fit):
     assert set(table.index) == {"nuts", "nutpie"}
     assert table.loc["nuts", "min_ess_per_grad / NUTS"] == 1
     assert np.isfinite(table.loc["nutpie", "min_ess_per_s / NUTS"])
+
+
+def test_nutpie_warmup_defaults_to_nutpies_own(mvn_model):
+    """Without ``warmup`` nutpie tunes for its own default (400 iterations with its
+    diagonal mass matrix), and the Fit says how many it ran."""
+    fit = run_nutpie(mvn_model, chains=1, draws=50, seed=2)
+    assert fit.metadata["warmup"] == fit.warmup_draws.shape[1] == 400

@@ -233,3 +233,20 @@ def test_compare_cli_takes_exactly_one_of_suite_and_model(capsys):
     assert main(["compare"]) == 1
     assert main(["compare", "model.stan", "--suite", "paper"]) == 1
     assert "exactly one of --suite" in capsys.readouterr().err
+
+
+def test_robustness_rows_count_fallen_back_chains_of_any_sampler():
+    """The robustness suite's rows count the returned fit's chains whose metric fell back;
+    CmdStan's NUTS keeps the number of chains in ``metadata["chains"]`` (its rows failed
+    with a TypeError before)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "comparisons" / "robustness.py"
+    spec = importlib.util.spec_from_file_location("robustness_rows", path)
+    robustness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(robustness)
+    ours = {"chains": [{"metric_fallback": None}, {"metric_fallback": {"to": "diag"}},
+                       {"metric_fallback": None}, {}]}
+    assert robustness.metric_fallbacks(ours) == 1
+    assert robustness.metric_fallbacks({"chains": 4}) == 0
+    assert robustness.metric_fallbacks({}) == 0
