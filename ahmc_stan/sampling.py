@@ -98,11 +98,11 @@ CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 
 #: Warmup iterations per chain when a call does not give ``warmup``: AHMC's
 #: SHORT_WARMUP on models of at most SHORT_WARMUP_MAX_DIMS parameters, where its scale
-#: phase's last window (100 draws) holds as many draws as parameters, so the low-rank
-#: metric applies and settles; CmdStan's 1000 beyond and for every other sampler
-#: (``README.md``, "The default warmup", measures both).
+#: phase's last window (100 draws) holds at least two draws per parameter for the
+#: low-rank metric; CmdStan's 1000 beyond and for every other sampler (``README.md``,
+#: "The default warmup", measures both: Caravan, 86 parameters, lost at 500).
 SHORT_WARMUP = {"ahmc": 500}
-SHORT_WARMUP_MAX_DIMS = 100
+SHORT_WARMUP_MAX_DIMS = 50
 STAN_WARMUP = 1000
 
 
@@ -502,7 +502,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
     kept).  ``warmup`` defaults to the sampler's (:func:`default_warmup`: 500 for AHMC on
-    models of up to 100 parameters, else 1000, CmdStan's, as for the other samplers).
+    models of up to 50 parameters, else 1000, CmdStan's, as for the other samplers).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).

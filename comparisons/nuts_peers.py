@@ -20,7 +20,7 @@ an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first wi
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
-warmup iterations instead (AHMC 500, CmdStan 1000, nutpie 400, nutpie low-rank 800).  For each model and
+warmup iterations instead (AHMC 500 up to 50 parameters, else 1000; CmdStan 1000, nutpie 400, nutpie low-rank 800).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
 also min tail and folded ESS per gradient, the spread's counterparts.
@@ -176,7 +176,7 @@ def report(rows: dict) -> str:
     lines = ["# AHMC against the best NUTS\n",
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
              "--draws D` (each model's chains, iterations and seeds in the last table; warmup "
-             "\"own\": `--own-warmup`, each sampler at its own default: AHMC 500 up to 100 "
+             "\"own\": `--own-warmup`, each sampler at its own default: AHMC 500 up to 50 "
              "parameters, CmdStan 1000, nutpie 400, nutpie low-rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "

@@ -323,7 +323,10 @@ def test_cli_prints_the_chain_rerun_and_can_turn_it_off(capsys):
 
     from .conftest import stan_model_path
 
-    args = ["sample", str(stan_model_path("minor_mode")), "--seed", "4", "--no-progress"]
+    # at 1000 warmup iterations (the default before AHMC's went to 500 on small models)
+    # chain 2 starts in the minor mode's basin at seed 4, as above
+    args = ["sample", str(stan_model_path("minor_mode")), "--seed", "4", "--warmup", "1000",
+            "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr()
     assert "(1 chain rerun: chain 2 replaced by a rerun with a new seed" in out.out
@@ -333,7 +336,7 @@ def test_cli_prints_the_chain_rerun_and_can_turn_it_off(capsys):
     assert "chain rerun" not in out.out and "R-hat" in out.err
     # compare prints each fit's reruns under its line
     assert main(["compare", str(stan_model_path("minor_mode")), "--seed", "4",
-                 "--samplers", "ahmc", "--peers", ""]) == 0
+                 "--warmup", "1000", "--samplers", "ahmc", "--peers", ""]) == 0
     assert "(1 chain rerun: chain 2 replaced" in capsys.readouterr().out
 
 
