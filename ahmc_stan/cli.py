@@ -236,7 +236,8 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
 
 def compare_model(args: argparse.Namespace) -> int:
     """Single-model comparison (``compare MODEL.stan --data D.json --samplers ahmc
-    --peers nuts,nutpie``): every sampler and peer on the same model, data, chains, iterations and seed; prints the
+    --peers nuts,nutpie``): every sampler and peer on the same model, data, chains, draws and
+    seed, and each at its own default warmup unless ``--warmup`` is given; prints the
     ``compare`` table ranked by ESS per gradient (fits that have not converged last,
     marked), with ratios to NUTS; each fit's diagnosis goes to stderr."""
     from .comparison import compare, to_markdown
