@@ -20,7 +20,8 @@ an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first wi
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
-warmup iterations instead (AHMC 500 up to 50 parameters, else 1000; CmdStan 1000, nutpie 400, nutpie low-rank 800).  For each model and
+warmup iterations instead (AHMC's ``ahmc_stan.sampling.default_warmup``, CmdStan's 1000,
+nutpie's own).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
 also min tail and folded ESS per gradient, the spread's counterparts.
@@ -45,6 +46,7 @@ import ahmc_stan
 from ahmc_stan import datasets
 from ahmc_stan.comparison import to_markdown
 from ahmc_stan.peers import run_peer
+from ahmc_stan.sampling import SHORT_WARMUP, SHORT_WARMUP_MAX_DIMS, STAN_WARMUP
 from ahmc_stan.suite import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,10 +145,10 @@ def main(argv=None) -> None:
     previous = json.loads(out.with_suffix(".json").read_text()) \
         if out.with_suffix(".json").exists() else {"models": {}}
     rows = previous["models"]  # models run before (with their own settings) are kept
+    warmup = None if args.own_warmup else args.warmup  # None: each sampler's own
     for name in models:
         start = time.perf_counter()
         model = load(name)
-        warmup = None if args.own_warmup else args.warmup
         runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=warmup,
                                            draws=args.draws, seed=seed))
                     for seed in seeds] for s in samplers}
@@ -176,8 +178,9 @@ def report(rows: dict) -> str:
     lines = ["# AHMC against the best NUTS\n",
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
              "--draws D` (each model's chains, iterations and seeds in the last table; warmup "
-             "\"own\": `--own-warmup`, each sampler at its own default: AHMC 500 up to 50 "
-             "parameters, CmdStan 1000, nutpie 400, nutpie low-rank 800). Min bulk ESS "
+             "\"own\": `--own-warmup`, each sampler at its own default: AHMC "
+             f"{SHORT_WARMUP['ahmc']} up to {SHORT_WARMUP_MAX_DIMS} parameters, else "
+             f"{STAN_WARMUP}; CmdStan 1000; nutpie 400, low rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "

@@ -288,8 +288,9 @@ def metric_fallbacks(metadata: dict) -> int:
     diagonal; 0 for a fit whose ``metadata["chains"]`` is not a list of chains' records
     (CmdStan's NUTS keeps the number of chains there)."""
     chains = metadata.get("chains")
-    return sum(isinstance(c, dict) and c.get("metric_fallback") is not None
-               for c in (chains if isinstance(chains, list) else []))
+    if not isinstance(chains, list):
+        return 0
+    return sum(c.get("metric_fallback") is not None for c in chains)
 
 
 def run_job(model_name: str, sampler: str, settings: dict) -> dict:
