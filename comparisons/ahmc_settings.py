@@ -1,6 +1,8 @@
 """AHMC under different settings, side by side: min bulk ESS per gradient (warmup
 included), per second, worst R-hat and the share of gradients spent in warmup, as medians
-over seeds and ratios to the first setting, and how many runs have an R-hat above 1.01.
+over seeds and ratios to the first setting, how many runs have an R-hat above 1.01 and how
+many were extended (``tune_and_sample``'s ``extend``: twice the draws, so the warmup's
+share falls; ``extend=false`` in a setting compares the warmups alone).
 
     python comparisons/ahmc_settings.py --settings "warmup=1000" \\
         "warmup=700,scale_fraction=0.7143" [--models gauss2d,neal100,...] [--seeds 1,2,3]
@@ -47,8 +49,10 @@ def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
                                         diagnose=False, **options)
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
+    extended = bool((fit.metadata.get("extension") or {}).get("extended"))
     return {"per_grad": e["min_ess_per_grad_total"], "per_s": e["min_ess_per_s_total"],
-            "rhat": e["max_rhat"], "warmup_share": e["n_grad_equiv_warmup"] / grads}
+            "rhat": e["max_rhat"], "warmup_share": e["n_grad_equiv_warmup"] / grads,
+            "extended": float(extended)}
 
 
 def main(argv=None) -> None:
@@ -76,13 +80,15 @@ def main(argv=None) -> None:
             cells.append(f"{med['per_grad']:.3g} ({med['per_grad'] / base['per_grad']:.2f}×) "
                          f"/ {med['per_s']:.3g} / R̂ {max(r['rhat'] for r in runs):.3f} "
                          f"({sum(r['rhat'] > 1.01 for r in runs)} > 1.01) / "
-                         f"{med['warmup_share']:.2f}")
+                         f"{med['warmup_share']:.2f} / "
+                         f"{sum(r['extended'] > 0 for r in runs)} ext.")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     print("| geometric mean of the ratios | " + " | ".join(
         f"{np.exp(np.mean(np.log(r))):.2f}×" for r in ratios) + " |")
     print("\nCells: min ESS per gradient, warmup included (÷ the first setting) / per second "
-          "/ worst R-hat (runs above 1.01) / warmup's share of gradients; medians over "
-          "seeds " + args.seeds)
+          "/ worst R-hat (runs above 1.01) / warmup's share of gradients / runs extended "
+          "(twice the draws, over which the warmup is then spread; `extend=false` leaves "
+          "them out); medians over seeds " + args.seeds)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,8 @@ def run_one(model, sampler: str, run: dict) -> dict:
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     folded = float(np.min(az.ess(az.convert_to_dataset({"x": fit.params}),
                                  method="folded")["x"].values))
+    chains = fit.metadata.get("chains")  # a list of records for ours, a count for NUTS
+    chains = chains if isinstance(chains, list) else []
     return {"min_ess": e["min_ess_bulk"], "per_grad": e["min_ess_per_grad_total"],
             "per_s": e["min_ess_per_s_total"], "max_rhat": e["max_rhat"],
             "min_ess_tail": e["min_ess_tail"],
@@ -120,6 +122,11 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
             "extended": float(fit.metadata.get("extension", {}).get("extended", False)),
+            # AHMC's metric rerun (a discarded run, charged to warmup) and its chains'
+            # metric fallbacks (a scale phase run again); 0 for the NUTS
+            "metric_rerun": float(bool((fit.metadata.get("metric_rerun") or {}).get("ran"))),
+            "metric_fallbacks": float(sum(
+                bool(c.get("metric_fallback")) for c in chains if isinstance(c, dict))),
             "wall": time.perf_counter() - start}
 
 
