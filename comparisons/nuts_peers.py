@@ -49,6 +49,9 @@ from ahmc_stan.peers import run_peer
 from ahmc_stan.sampling import SHORT_WARMUP, SHORT_WARMUP_MAX_DIMS, STAN_WARMUP
 from ahmc_stan.suite import EXPERIMENTS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import robustness  # noqa: E402  (comparisons/robustness.py: its models and fallback count)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "comparisons" / "results"
 SUITE = ["gauss2d", "neal100", "gp51", "pima", "ripley", "breast_cancer", "caravan", "sv",
@@ -89,9 +92,6 @@ def load(name: str):
         return ahmc_stan.StanModel(ROOT / "stan_models" / "linear_regression.stan",
                                    datasets.uncentred_regression_data(name))
     if name not in EXPERIMENTS:  # a model of the robustness suite (comparisons/robustness/)
-        sys.path.insert(0, str(ROOT / "comparisons"))
-        import robustness
-
         entry = robustness.load_registry().BY_NAME[name]
         return ahmc_stan.StanModel(entry.stan_file, entry.data())
     exp = EXPERIMENTS[name]
@@ -112,8 +112,6 @@ def run_one(model, sampler: str, run: dict) -> dict:
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     folded = float(np.min(az.ess(az.convert_to_dataset({"x": fit.params}),
                                  method="folded")["x"].values))
-    chains = fit.metadata.get("chains")  # a list of records for ours, a count for NUTS
-    chains = chains if isinstance(chains, list) else []
     return {"min_ess": e["min_ess_bulk"], "per_grad": e["min_ess_per_grad_total"],
             "per_s": e["min_ess_per_s_total"], "max_rhat": e["max_rhat"],
             "min_ess_tail": e["min_ess_tail"],
@@ -125,8 +123,7 @@ def run_one(model, sampler: str, run: dict) -> dict:
             # AHMC's metric rerun (a discarded run, charged to warmup) and its chains'
             # metric fallbacks (a scale phase run again); 0 for the NUTS
             "metric_rerun": float(bool((fit.metadata.get("metric_rerun") or {}).get("ran"))),
-            "metric_fallbacks": float(sum(
-                bool(c.get("metric_fallback")) for c in chains if isinstance(c, dict))),
+            "metric_fallbacks": float(robustness.metric_fallbacks(fit.metadata)),
             "wall": time.perf_counter() - start}
 
 

@@ -107,9 +107,9 @@ def main(argv=None) -> None:
     stan_names = [stan_name(c) for c in fit.columns]  # beta[60] as well as beta.60
     index = [stan_names.index(c) if c in stan_names else fit.columns.index(c) for c in names]
     print(f"{args.model}, {model.dims} parameters, warmup {args.warmup}, seed {args.seed}\n")
-    print("| scale phase (metric: how it ended) | window draws | directions corrected | their eigenvalues | factor to "
-          "the previous estimate | " + " | ".join(f"window variance of {c}" for c in names)
-          + " |")
+    print("| scale phase (metric: how it ended) | window draws | directions corrected | "
+          "their eigenvalues | factor to the previous estimate | "
+          + " | ".join(f"window variance of {c}" for c in names) + " |")
     print("|---:|---:|---:|---|---:|" + "---:|" * len(names))
     for c, phase in enumerate(phases):
         label = f"{c} ({phase['metric']}: {phase['end']})"
