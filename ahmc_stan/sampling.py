@@ -399,13 +399,21 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
         if n >= warmup + draws:  # every draw made: a SIGINT now must not lose the chain
             _CHAIN_RUNNING = False
 
+    pool = options.get("pool_windows")
+    if pool is not None and hasattr(pool, "member"):  # this chain's share of the pool
+        pool = pool.member(chain)
+        options = {**options, "pool_windows": pool}
     try:
         with _threadpools().limit(limits=1, user_api="blas"):
             if resume is not None:
                 return run_chain(model, rng, resume, draws, report, **options)
             return run_chain(model, rng, x0, warmup, draws, report, **options)
-    except StuckChainError as err:  # name the chain (1-based, as the progress bars)
-        raise err.for_chain(chain + 1) from None
+    except BaseException as err:
+        if hasattr(pool, "leave"):  # the other chains no longer wait for this one
+            pool.leave()
+        if isinstance(err, StuckChainError):  # name the chain (1-based, as the bars)
+            raise err.for_chain(chain + 1) from None
+        raise
     finally:
         bar.close()
 
@@ -915,18 +923,25 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     if output_dir is not None:
         streams = _start_output(Path(output_dir), model, sampler, chains, seed, warmup,
                                 draws, thin, options)
-    def job(c, seed_c, stream):
-        return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, options,
+    alone = {**options, "pool_windows": None} if "pool_windows" in options else options
+    first = alone
+    if options.get("pool_windows") and chains > 1:
+        first, workers = {**options, "pool_windows": _Inherited(_window_pool(
+            model, chains, warmup, parallel, options.get("scale_fraction")))}, chains
+
+    def job(c, seed_c, stream, opts=alone):
+        return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
                 radius, deadline, stream)
 
-    results, interrupted = _execute([job(c, seeds[c], streams[c]) for c in range(chains)],
-                                    workers)
+    results, interrupted = _execute([job(c, seeds[c], streams[c], first)
+                                     for c in range(chains)], workers)
     rerun_record = None
     if chain_rerun and not interrupted and all(
             r is not None and not r.interrupted and r.n_sampling == draws for r in results):
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
-            return _execute([job(c, fresh[c], None) for c in chain_ids], workers)
+            return _execute([job(c, fresh[c], None) for c in chain_ids],
+                            _workers(parallel, chains))
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
@@ -950,6 +965,24 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
     return fit
+
+
+def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fraction):
+    """The :class:`~ahmc_stan.tuning.window_pool.WindowPool` of a call with
+    ``pool_windows=True``, sized for the windows of a scale phase of ``scale_fraction``
+    (default a half) of ``warmup``: its chains then run in a worker process each, forked
+    after it is made."""
+    from .tuning.windows import adaptation_windows
+    from .tuning.window_pool import WindowPool
+
+    if parallel not in (None, True) or os.name != "posix":
+        raise ValueError("pool_windows=True runs each chain in a forked worker process of "
+                         f"its own: it needs parallel=None or True (not {parallel!r}) "
+                         "and a POSIX system")
+    n_scale = int(round((0.5 if scale_fraction is None else scale_fraction) * warmup))
+    longest = max([end - start for start, end in adaptation_windows(n_scale)], default=0)
+    return WindowPool(chains, model.dims, max(longest, 1),
+                      multiprocessing.get_context("fork"))
 
 
 def _workers(parallel, chains: int) -> int:

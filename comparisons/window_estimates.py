@@ -41,18 +41,19 @@ def dense(inv_metric) -> np.ndarray:
     return np.diag(inv_metric)
 
 
-def record_windows(model, **options):
+def record_raw(model, **options):
     """Run ``tune_and_sample(model, parallel=False, **options)`` with the scale phase
     (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`) and the low-rank estimator
     wrapped; returns a record per scale phase run (a chain's first, and any it runs again
-    after a metric fallback or a stuck start), with its windows, and the fit."""
+    after a metric fallback or a stuck start: its ``metric``, how it ``end``-ed, and its
+    ``windows``, each (draws, gradients, the estimate made)), and the fit."""
     from ahmc_stan.samplers import ahmc
 
     estimate, warmup, phases = hmc_warmup.low_rank_inv_metric, ahmc.hmc_warmup, []
 
     def wrapped_estimate(draws, grads, *args, **kw):
         out = estimate(draws, grads, *args, **kw)
-        phases[-1]["windows"].append((draws.copy(), out))
+        phases[-1]["windows"].append((draws.copy(), grads.copy(), out))
         return out
 
     def wrapped_warmup(kernel, rng, state, n_iter, metric, *args, **kw):
@@ -77,9 +78,16 @@ def record_windows(model, **options):
                                             metric_rerun=False, draws=20, **options)
     finally:
         hmc_warmup.low_rank_inv_metric, ahmc.hmc_warmup = estimate, warmup
+    return phases, fit
+
+
+def record_windows(model, **options):
+    """:func:`record_raw`, each window summarised: its draws, the directions corrected,
+    their eigenvalues' range, the factor to the previous estimate, the draws' variances."""
+    phases, fit = record_raw(model, **options)
     for phase in phases:
         rows, previous = [], None
-        for draws, out in phase["windows"]:
+        for draws, _, out in phase["windows"]:
             d = dense(out)
             factor = None if previous is None else float(np.exp(np.max(np.abs(np.log(
                 linalg.eigh(d, previous, eigvals_only=True))))))

@@ -111,11 +111,11 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                  notes: Callable[[dict], None] | None = None,
                  call_iterations: int | None = None, call_grads: float = math.inf,
                  grad_init: bool = False, path_length: float = 2.0, phase: int = 0,
-                 restart: bool = False):
+                 restart: bool = False, pool=None):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
     ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)``
     after every call into the kernel; ``notes``, ``call_iterations``, ``call_grads``,
-    ``grad_init``, ``path_length`` and ``restart`` as ``hmc_warmup``'s.
+    ``grad_init``, ``path_length``, ``restart`` and ``pool`` as ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -126,7 +126,7 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                       restarts=restarts, notes=notes,
                       call_iterations=call_iterations, call_grads=call_grads,
                       grad_init=grad_init, path_length=path_length, restart=restart,
-                      progress=None if progress is None else lambda: progress(rec.n))
+                      pool=pool, progress=None if progress is None else lambda: progress(rec.n))
 
 
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
@@ -270,7 +270,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
                     adapt_delta: float = 0.8, grad_init: bool = False,
                     min_num_steps: int = 1, scale_path_length: float = 2.0,
-                    tail_check: bool = True, **tuning) -> ChainResult:
+                    tail_check: bool = True, pool_windows=None, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -306,7 +306,17 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     further test.  The fit's ``metadata["chains"][c]["tail_check"]`` logs it (``None``
     when nothing was found).  Without it such a fit fails the diagnosis's
     tail-rejection check and :func:`~ahmc_stan.sampling.tune_and_sample` runs it again
-    (``metric_rerun``), at about twice the cost."""
+    (``metric_rerun``), at about twice the cost.
+
+    ``pool_windows`` (given by :func:`~ahmc_stan.sampling.tune_and_sample` as this chain's
+    :class:`~ahmc_stan.tuning.window_pool.PoolMember` when called with
+    ``pool_windows=True``): the scale phase's windows estimate the metric from all chains'
+    windows (:mod:`ahmc_stan.tuning.window_pool`); ``extras["pooled_windows"]`` counts the
+    windows pooled (``None`` without)."""
+    pool = pool_windows if pool_windows not in (None, False) else None
+    if pool is True:
+        raise ValueError("pool_windows=True needs the chains run together: pass it to "
+                         "tune_and_sample, which gives each chain its share of the pool")
     if not 0 < adapt_delta < 1:
         raise ValueError(f"adapt_delta must be in (0, 1), not {adapt_delta!r}")
     fixed_metric = isinstance(metric, np.ndarray)
@@ -341,7 +351,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     kernel, rng, state, n_scale, scale_metric, rec, max_num_steps, restarts,
                     adapt_delta, progress, notes.update, call_iterations(warmup, draws),
                     options.max_call_steps, grad_init, scale_path_length,
-                    restart=fell_back is None)
+                    restart=fell_back is None, pool=pool)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
@@ -405,7 +415,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     return rec.finish({"metric": metric if not fixed_metric else "fixed",
                        "inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
                        "restarts": restarts.records, "tail_check": tail_note,
-                       "metric_fallback": notes.get("metric_fallback"), **extras})
+                       "metric_fallback": notes.get("metric_fallback"),
+                       "pooled_windows": None if pool is None else pool.windows, **extras})
 
 
 def _tail_checked_tuning(rec: ChainRecorder, run_blocks: Callable, retune: Callable, *,

@@ -223,7 +223,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                progress: Callable[[], None] | None = None,
                notes: Callable[[dict], None] | None = None,
                call_iterations: int | None = None, call_grads: float = math.inf,
-               grad_init: bool = False, restart: bool = False):
+               grad_init: bool = False, restart: bool = False, pool=None):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
@@ -237,8 +237,24 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     with
     ``restart`` raised as :class:`MetricFallback` (module docstring).  ``grad_init``
     (``fisher`` and ``low_rank`` only): until the first window ends the chain runs in
-    :func:`gradient_init` instead of the identity.
+    :func:`gradient_init` instead of the identity.  ``pool`` (a
+    :class:`~ahmc_stan.tuning.window_pool.PoolMember`): each window's estimate from all
+    chains' windows; the chain leaves the pool when it leaves the common schedule (a
+    fallback, a stuck start, any exception).
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
+    try:
+        return _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps,
+                           adapt_delta, path_length, restarts, progress, notes,
+                           call_iterations, call_grads, grad_init, restart, pool)
+    except BaseException:
+        if pool is not None:
+            pool.leave()
+        raise
+
+
+def _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps, adapt_delta,
+                path_length, restarts, progress, notes, call_iterations, call_grads,
+                grad_init, restart, pool):
     dims = len(state.position)
     fixed = isinstance(metric, (np.ndarray, LowRankInvMetric))
     if not fixed and metric not in METRICS:
@@ -317,6 +333,8 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
             inv_metric = regularized_inv_metric(np.concatenate(positions)[before:it],
                                                 dense=False)
             estimator = "diag"
+            if pool is not None:  # off the common schedule
+                pool.leave()
             if it < last_window_end:
                 window_start[last_window_end] = it
             if notes is not None:
@@ -324,9 +342,13 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         elif it in window_start:
             start = window_start[it]
             window = np.concatenate(positions)[start:it]
+            window_grads = np.concatenate(grads)[start:it] if from_gradients else None
+            shared = None if pool is None else pool.share(window, window_grads)
+            if shared is not None:
+                window, window_grads = shared
             if estimator in ("fisher", "low_rank"):
                 estimate = fisher_inv_metric if metric == "fisher" else low_rank_inv_metric
-                inv_metric = estimate(window, np.concatenate(grads)[start:it])
+                inv_metric = estimate(window, window_grads)
             else:
                 inv_metric = regularized_inv_metric(window, dense=estimator == "dense")
         else:
