@@ -3,10 +3,11 @@ windows every chain estimates its inverse metric from the window's draws (and gr
 of all chains, each chain's centred on its own mean (the pooled within-chain
 covariances), instead of from its own alone.  The chains still run apart; only the data
 of the estimate are shared, so all chains end the window with the same metric.  Cross-chain
-adaptation as in Hoffman & Sountsov's ChEES and MEADS (2021, 2022), here for the windowed
-estimators of :mod:`~ahmc_stan.tuning.windows`: with 4 chains a window of 100 draws in
-86 dimensions becomes one of 400, far from the Marchenko–Pastur noise of the single
-chain's estimate (``README.md``, "Pooled metric windows").
+adaptation as in ChEES (Hoffman, Radul & Sountsov 2021) and MEADS (Hoffman & Sountsov
+2022), here for the windowed estimators of :mod:`~ahmc_stan.tuning.windows`: with 4
+chains a window of 100 draws in 86 dimensions becomes one of 400, away from the
+Marchenko–Pastur noise of one chain's estimate.  Opt-in: where it pays and where it does
+not is measured in ``README.md`` ("Pooled metric windows").
 
 The chains run in processes of their own (forked after :class:`WindowPool` is made) and
 wait for each other at every window's end.  A chain that leaves the common schedule (a
