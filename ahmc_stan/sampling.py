@@ -408,14 +408,12 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
             if resume is not None:
                 return run_chain(model, rng, resume, draws, report, **options)
             return run_chain(model, rng, x0, warmup, draws, report, **options)
-    except BaseException as err:
-        if hasattr(pool, "leave"):  # the other chains no longer wait for this one
-            pool.leave()
-        if isinstance(err, StuckChainError):  # name the chain (1-based, as the bars)
-            raise err.for_chain(chain + 1) from None
-        raise
+    except StuckChainError as err:  # name the chain (1-based, as the progress bars)
+        raise err.for_chain(chain + 1) from None
     finally:
         bar.close()
+        if hasattr(pool, "leave"):  # done, stopped or failed: no chain waits for this one
+            pool.leave()  # (the windows it put in stay pooled)
 
 
 def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> dict:

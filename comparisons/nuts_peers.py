@@ -66,7 +66,7 @@ OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
         "ahmc_diag_095": {"metric": "diag", "adapt_delta": 0.95},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
         "ahmc_grad_init": {"metric": "low_rank", "grad_init": True},
-        "ahmc_no_extend": {"extend": False}}
+        "ahmc_no_extend": {"extend": False}, "ahmc_pooled": {"pool_windows": True}}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 

@@ -240,21 +240,9 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     :func:`gradient_init` instead of the identity.  ``pool`` (a
     :class:`~ahmc_stan.tuning.window_pool.PoolMember`): each window's estimate from all
     chains' windows; the chain leaves the pool when it leaves the common schedule (a
-    fallback, a stuck start, any exception).
+    fallback or a stuck start; whatever else ends the chain, the chain's caller in
+    :mod:`ahmc_stan.sampling` makes it leave).
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
-    try:
-        return _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps,
-                           adapt_delta, path_length, restarts, progress, notes,
-                           call_iterations, call_grads, grad_init, restart, pool)
-    except BaseException:
-        if pool is not None:
-            pool.leave()
-        raise
-
-
-def _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps, adapt_delta,
-                path_length, restarts, progress, notes, call_iterations, call_grads,
-                grad_init, restart, pool):
     dims = len(state.position)
     fixed = isinstance(metric, (np.ndarray, LowRankInvMetric))
     if not fixed and metric not in METRICS:
@@ -314,7 +302,12 @@ def _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps, adapt
         positions.append(steps.info.positions)
         if from_gradients:
             grads.append(steps.grads)
-        check_stuck(detector, steps, averager, it)
+        try:
+            check_stuck(detector, steps, averager, it)
+        except Exception:  # the chain starts afresh: off the common schedule
+            if pool is not None:
+                pool.leave()
+            raise
         it += len(steps.info.positions)
         if progress is not None:
             progress()
@@ -326,6 +319,8 @@ def _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps, adapt
         if fell_back:
             note = {"metric": metric, "to": "diag", "window": [last_start, it],
                     "divergent": diverged}
+            if pool is not None:  # off the common schedule
+                pool.leave()
             if restart:
                 raise MetricFallback(state, note)
             # Stan's diagonal for the rest of the window, estimated again at its end
@@ -333,8 +328,6 @@ def _hmc_warmup(kernel, rng, state, n_iter, metric, record, max_num_steps, adapt
             inv_metric = regularized_inv_metric(np.concatenate(positions)[before:it],
                                                 dense=False)
             estimator = "diag"
-            if pool is not None:  # off the common schedule
-                pool.leave()
             if it < last_window_end:
                 window_start[last_window_end] = it
             if notes is not None:
