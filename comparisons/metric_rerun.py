@@ -101,7 +101,7 @@ def main(argv=None) -> int:
                         for e, r in zip(ess, rows))
     lines = ["# AHMC's metric and chain reruns on the robustness suite", "",
              f"`python {' '.join(['comparisons/metric_rerun.py', *(argv or sys.argv[1:])])}`"
-             f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
+             f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup_text} + "
              f"{args.draws})). "
              "Gradients and chain-seconds include warmup and, for a rerun, the run not "
              "returned.", "", *table, "",

@@ -3,7 +3,8 @@ each run's mean and sd of every parameter compared with the suite's reference,
 z = (est − ref) / sqrt(mcse_est² + mcse_ref²) (ArviZ MCSE, as ``robustness.py``).
 
     python comparisons/seed_bias.py garch11 [--sampler ahmc] [--seeds 1-20]
-        [--options '{"metric": "diag"}'] [--chains 4] [--warmup 1000] [--draws 1000]
+        [--options '{"metric": "diag"}'] [--chains 4] [--warmup 1000 | --own-warmup]
+        [--draws 1000]
 
 One run's |z| above 5 may be bad luck or a bad run; over seeds, an unbiased sampler with
 honest MCSEs gives z's of mean ≈ 0 (± 1/√seeds) and root mean square ≈ 1.  A mean far
@@ -46,8 +47,12 @@ def main(argv=None) -> None:
     ap.add_argument("--options", default="{}", help="JSON options for tune_and_sample")
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--own-warmup", action="store_true",
+                    help="the sampler's own default warmup, as a user gets it (not --warmup)")
     ap.add_argument("--draws", type=int, default=1000)
     args = ap.parse_args(argv)
+    if args.own_warmup:
+        args.warmup = None
     entry = robustness.load_registry().BY_NAME[args.model]
     ref = json.loads(robustness.reference_path(args.model).read_text())
     model = robustness.build_model(entry, entry.data(), cmdstan_fallback=args.sampler == "nuts")

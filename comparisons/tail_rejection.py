@@ -45,9 +45,13 @@ def suite_arguments(doc: str, samplers: str, seeds: str, out: Path, argv=None
     ap.add_argument("--samplers", default=samplers)
     ap.add_argument("--seeds", default=seeds)
     ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--own-warmup", action="store_true",
+                    help="each of our samplers at its own default warmup, as a user gets it "
+                         "(ahmc_stan.sampling.default_warmup; NUTS 1000), not --warmup")
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=out)
     args = ap.parse_args(argv)
+    args.warmup_text = "default" if args.own_warmup else str(args.warmup)
     args.names = ([n for n in args.models.split(",") if n]
                   or [m.name for m in robustness.load_registry().MODELS])
     args.seed_list = seeds_of(args.seeds)
@@ -57,8 +61,11 @@ def suite_arguments(doc: str, samplers: str, seeds: str, out: Path, argv=None
 def run(name: str, spec: str, seed: int, args: argparse.Namespace) -> dict:
     """One job of ``robustness.run_job``: 4 chains × (args.warmup + args.draws), 2 workers."""
     sampler, options = parse_sampler(spec)
+    warmup = args.warmup
+    if getattr(args, "own_warmup", False):
+        warmup = 1000 if sampler == "nuts" else None  # None: tune_and_sample's default
     return robustness.run_job(name, sampler, {
-        "seed": seed, "chains": 4, "warmup": args.warmup, "draws": args.draws,
+        "seed": seed, "chains": 4, "warmup": warmup, "draws": args.draws,
         "z_max": 5.0, "parallel": 2, "options": options})
 
 
@@ -101,7 +108,7 @@ def main(argv=None) -> int:
                 t[i] += v
     lines = ["# The tail-rejection check on the robustness suite", "",
               f"`python {' '.join(['comparisons/tail_rejection.py', *(argv or sys.argv[1:])])}`"
-              f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup} + "
+              f" (started {started}; seeds {args.seeds}; 4 chains × ({args.warmup_text} + "
               f"{args.draws})).", "",
               *table, "", "| sampler | runs | flagged | flagged, nothing else | silent "
               "failures without the check | with it |", "|---|---:|---:|---:|---:|---:|"]
