@@ -667,7 +667,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly
     (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
-    diagonal mixes them better (README, "SV since the two changes"); a later step also
+    diagonal mixes them better (README, "SV since the two changes"), or when some but not
+    all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`); a later step also
     when the run before has an R-hat above 1.01: on a zero-inflated regression's skewed
     inflation intercept the diagonal's chains still disagree, and its smaller steps
     (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned on").
@@ -681,9 +682,11 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     from .convergence import diagnose
 
     found = diagnose(first, checks=("tail_rejection", "ebfmi", "rhat_ess"))
-    if not (found.get("tail_rejection") or _slow_and_apart(first, found)):
+    fell_back = _mixed_fallback(first)
+    if not (found.get("tail_rejection") or _slow_and_apart(first, found) or fell_back):
         return first
-    record = {"metric": steps[0]["metric"], "reason": found.summary(), "runs": []}
+    reason = "; ".join(r for r in (found.summary() if found.problems else "", fell_back) if r)
+    record = {"metric": steps[0]["metric"], "reason": reason, "runs": []}
     if found.get("ebfmi"):
         record.update(ran=False, adopted=False, note=(
             f"{record['reason']} with the default metric: not run again with "
@@ -758,6 +761,24 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
 
 #: :func:`_slow_and_apart`: an ESS below this share of the draws is slow mixing.
 SLOW_ESS_PER_DRAW = 0.1
+
+
+def _mixed_fallback(fit: Fit) -> str:
+    """A reason for :func:`_metric_rerun` when some but not all chains of ``fit`` gave up
+    their gradient-based metric for Stan's diagonal (``metadata["chains"][c]
+    ["metric_fallback"]``), else ``""``.  The fallbacks show that metric diverging on this
+    posterior, and the chains that kept it are the suspect ones: on UCB admissions
+    (non-centred, intercepts pinned by the data) they under-visit the curved tail of the
+    group scale with no rejection or R-hat to show for it, where Stan's diagonal from the
+    start does not (README, "A silent failure at the defaults")."""
+    chains = fit.metadata.get("chains")
+    if not isinstance(chains, list) or not chains:
+        return ""
+    n = sum(c.get("metric_fallback") is not None for c in chains)
+    if 0 < n < len(chains):
+        return (f"the gradient-based metric fell back to Stan's diagonal in {n} of "
+                f"{len(chains)} chains")
+    return ""
 
 
 def _slow_and_apart(fit: Fit, found) -> bool:

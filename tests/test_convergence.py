@@ -672,6 +672,35 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
     assert _metric_rerun(short, lambda *a: pytest.fail("no rerun"), progress=False) is short
 
 
+def test_metric_rerun_runs_when_some_chains_fell_back_to_the_diagonal():
+    """A fit that passes every check but in which some, not all, chains gave up the
+    gradient-based metric for Stan's diagonal is run again (UCB admissions: the chains
+    that kept it under-visit a curved tail unseen); none or all fallen back: no rerun."""
+    from ahmc_stan.sampling import _metric_rerun, _mixed_fallback
+
+    def with_fallbacks(n, seed):
+        fit = _with_warmup(synthetic(seed=seed, sampler="ahmc"))
+        fit.metadata["chains"] = [
+            {"metric": "low_rank", **({"metric_fallback": {"to": "diag"}} if c < n else {})}
+            for c in range(fit.chains)]
+        assert fit.diagnose().converged
+        return fit
+
+    clean = with_fallbacks(0, seed=5)
+    mixed = with_fallbacks(2, seed=3)
+    assert _mixed_fallback(mixed) == ("the gradient-based metric fell back to Stan's "
+                                      "diagonal in 2 of 4 chains")
+    fit = _metric_rerun(mixed, lambda *step: clean, progress=False)
+    assert fit is clean
+    record = fit.metadata["metric_rerun"]
+    assert record["adopted"] and record["reason"] == _mixed_fallback(mixed)
+    assert record["charged"]["n_grad"] == mixed.n_grad_warmup + mixed.n_grad_sampling
+    for n in (0, 4):
+        kept = with_fallbacks(n, seed=7)
+        assert _mixed_fallback(kept) == ""
+        assert _metric_rerun(kept, lambda *a: pytest.fail("no rerun"), progress=False) is kept
+
+
 def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
     """When no rerun converges, the fit returned is the one with the largest min ESS
     (bulk and tail), not always the first: on SV the low-rank fit (R-hat 1.036, min ESS
