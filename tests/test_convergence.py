@@ -673,9 +673,10 @@ def test_metric_rerun_runs_when_the_chains_disagree_and_mix_slowly():
 
 
 def test_metric_rerun_runs_when_some_chains_fell_back_to_the_diagonal():
-    """A fit that passes every check but in which some, not all, chains gave up the
-    gradient-based metric for Stan's diagonal is run again (UCB admissions: the chains
-    that kept it under-visit a curved tail unseen); none or all fallen back: no rerun."""
+    """A fit that passes every check but in which at least half, not all, of the chains
+    gave up the gradient-based metric for Stan's diagonal is run again (UCB admissions:
+    the chains that kept it under-visit a curved tail unseen); none, one of four or all
+    fallen back: no rerun."""
     from ahmc_stan.sampling import _metric_rerun, _mixed_fallback
 
     def with_fallbacks(n, seed):
@@ -695,7 +696,7 @@ def test_metric_rerun_runs_when_some_chains_fell_back_to_the_diagonal():
     record = fit.metadata["metric_rerun"]
     assert record["adopted"] and record["reason"] == _mixed_fallback(mixed)
     assert record["charged"]["n_grad"] == mixed.n_grad_warmup + mixed.n_grad_sampling
-    for n in (0, 4):
+    for n in (0, 1, 4):
         kept = with_fallbacks(n, seed=7)
         assert _mixed_fallback(kept) == ""
         assert _metric_rerun(kept, lambda *a: pytest.fail("no rerun"), progress=False) is kept
