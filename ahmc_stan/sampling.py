@@ -667,8 +667,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly
     (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
-    diagonal mixes them better (README, "SV since the two changes"), or when some but not
-    all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`); a later step also
+    diagonal mixes them better (README, "SV since the two changes"), or when at least half
+    but not all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`); a later step also
     when the run before has an R-hat above 1.01: on a zero-inflated regression's skewed
     inflation intercept the diagonal's chains still disagree, and its smaller steps
     (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned on").
@@ -685,7 +685,7 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     fell_back = _mixed_fallback(first)
     if not (found.get("tail_rejection") or _slow_and_apart(first, found) or fell_back):
         return first
-    reason = "; ".join(r for r in (found.summary() if found.problems else "", fell_back) if r)
+    reason = "; ".join(r for r in (found.summary(), fell_back) if r)
     record = {"metric": steps[0]["metric"], "reason": reason, "runs": []}
     if found.get("ebfmi"):
         record.update(ran=False, adopted=False, note=(
@@ -763,22 +763,26 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
 SLOW_ESS_PER_DRAW = 0.1
 
 
+def metric_fallbacks(metadata: Mapping[str, Any]) -> int:
+    """The chains of a fit (``fit.metadata``) whose gradient-based metric fell back to
+    Stan's diagonal in their last window; 0 where ``metadata["chains"]`` is not a list of
+    chains' records (CmdStan's NUTS keeps the number of chains there)."""
+    chains = metadata.get("chains")
+    if not isinstance(chains, list):
+        return 0
+    return sum(c.get("metric_fallback") is not None for c in chains)
+
+
 def _mixed_fallback(fit: Fit) -> str:
     """A reason for :func:`_metric_rerun` when at least half but not all chains of
-    ``fit`` gave up their gradient-based metric for Stan's diagonal (``metadata["chains"]
-    [c]["metric_fallback"]``), else ``""``.  So many fallbacks show that metric diverging
-    on this posterior, and the chains that kept it are the suspect ones: on UCB admissions
-    (non-centred, intercepts pinned by the data; 2 or 3 of 4 chains fall back) they
-    under-visit the curved tail of the group scale with no rejection or R-hat to show for
-    it, where Stan's diagonal from the start does not.  One chain of four falling back is
-    left alone: there it is mostly the step size's restart diverging early in the last
-    window (breast cancer at 3 of seeds 4–10), and Stan's diagonal would cost 5.6× (README,
-    "A silent failure at the defaults")."""
-    chains = fit.metadata.get("chains")
-    if not isinstance(chains, list) or not chains:
-        return ""
-    n = sum(c.get("metric_fallback") is not None for c in chains)
-    if len(chains) <= 2 * n < 2 * len(chains):
+    ``fit`` fell back to Stan's diagonal (:func:`metric_fallbacks`), else ``""``.  So many
+    fallbacks show the gradient-based metric diverging on this posterior, and the chains
+    that kept it are the suspect ones: on UCB admissions they under-visit the curved tail
+    of the group scale with nothing in the diagnosis to show for it.  One chain of four
+    falling back, mostly the step size's restart diverging early in the last window, is
+    left alone (README, "A silent failure at the defaults", measures both)."""
+    n, chains = metric_fallbacks(fit.metadata), fit.metadata.get("chains")
+    if n and len(chains) <= 2 * n < 2 * len(chains):
         return (f"the gradient-based metric fell back to Stan's diagonal in {n} of "
                 f"{len(chains)} chains")
     return ""

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ahmc_stan.sampling import metric_fallbacks  # noqa: F401 (also for the scripts beside)
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_DIR = Path(__file__).resolve().parent / "robustness"
 REF_DIR = SUITE_DIR / "reference"
@@ -281,16 +283,6 @@ def _z(est: float, ref: float, se_est: float, se_ref: float) -> float:
     if not denom > 0:
         return math.inf
     return diff / denom
-
-
-def metric_fallbacks(metadata: dict) -> int:
-    """The chains of a returned fit (not of a run rerun) whose metric fell back to Stan's
-    diagonal; 0 for a fit whose ``metadata["chains"]`` is not a list of chains' records
-    (CmdStan's NUTS keeps the number of chains there)."""
-    chains = metadata.get("chains")
-    if not isinstance(chains, list):
-        return 0
-    return sum(c.get("metric_fallback") is not None for c in chains)
 
 
 def run_job(model_name: str, sampler: str, settings: dict) -> dict:
