@@ -132,7 +132,7 @@ def _parse_option(text: str):
 def _sample_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
     add_run_args(parser, warmup=None, warmup_help="warmup iterations per chain (default: "
-                 "the sampler's own, ahmc_stan.sampling.default_warmup)")
+                 "1000, CmdStan's, ahmc_stan.sampling.STAN_WARMUP)")
     parser.add_argument("--sampler", default="ahmc",
                         help="one of ahmc_stan.sampling.SAMPLERS (default ahmc)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
@@ -207,7 +207,7 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
     single.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     single.add_argument("--warmup", type=int, default=None,
                         help="warmup iterations (default: each sampler's and peer's own: "
-                             "ahmc_stan.sampling.default_warmup, CmdStan's 1000, nutpie's)")
+                             "1000 for ours and CmdStan's, nutpie's own)")
     single.add_argument("--draws", type=int, default=1000, help="kept iterations (1000)")
     single.add_argument("--seed", type=int, default=None, help="random seed")
     single.add_argument("--csv", metavar="TABLE.csv", default=None,

@@ -47,11 +47,11 @@ def main() -> None:
 
     from .comparison import compare, to_markdown
     from .nuts import run_nuts
-    from .sampling import default_warmup, tune_and_sample
+    from .sampling import STAN_WARMUP, tune_and_sample
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo_output")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"\nAHMC (4 chains, its default warmup of {default_warmup('ahmc', model.dims)} "
+    print(f"\nAHMC (4 chains, its default warmup of {STAN_WARMUP} "
           "iterations + 1000 draws):")
     ahmc = tune_and_sample(model, sampler="ahmc", chains=4, draws=1000, seed=1)
     print(ahmc.efficiency_line())

@@ -96,22 +96,10 @@ CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 }
 
 
-#: Warmup iterations per chain when a call does not give ``warmup``: AHMC's
-#: SHORT_WARMUP on models of at most SHORT_WARMUP_MAX_DIMS parameters, where its scale
-#: phase's last window (100 draws) holds at least two draws per parameter for the
-#: low-rank metric; CmdStan's 1000 beyond and for every other sampler (``README.md``,
-#: "The default warmup", measures both: Caravan, 86 parameters, lost at 500).
-SHORT_WARMUP = {"ahmc": 500}
-SHORT_WARMUP_MAX_DIMS = 50
+#: Warmup iterations per chain when a call does not give ``warmup``: CmdStan's 1000, for
+#: every sampler (``README.md``, "The default warmup": AHMC's shorter 500 on small models
+#: gained on regressions and lost, in bias and per gradient, on hierarchical models).
 STAN_WARMUP = 1000
-
-
-def default_warmup(sampler: str, dims: int) -> int:
-    """The warmup iterations ``sampler`` runs on a model of ``dims`` parameters when the
-    call does not say (:data:`SHORT_WARMUP`)."""
-    if sampler in SHORT_WARMUP and dims <= SHORT_WARMUP_MAX_DIMS:
-        return SHORT_WARMUP[sampler]
-    return STAN_WARMUP
 
 
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
@@ -198,7 +186,7 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
             raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
 
     integer("chains", chains, 1)
-    if warmup is not None:  # None: the sampler's default (default_warmup)
+    if warmup is not None:  # None: the default (STAN_WARMUP)
         integer("warmup", warmup, 0)
     integer("draws", draws, 1)
     integer("thin", thin, 1)
@@ -507,8 +495,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
-    kept).  ``warmup`` defaults to the sampler's (:func:`default_warmup`: 500 for AHMC on
-    models of up to 50 parameters, else 1000, CmdStan's, as for the other samplers).
+    kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
@@ -577,7 +564,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options, thin)
     inits, radius = _chain_inits(init, chains)
     if warmup is None:
-        warmup = default_warmup(sampler, model.dims)
+        warmup = STAN_WARMUP
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)

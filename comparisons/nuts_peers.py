@@ -20,7 +20,7 @@ an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first wi
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
-warmup iterations instead (AHMC's ``ahmc_stan.sampling.default_warmup``, CmdStan's 1000,
+warmup iterations instead (AHMC's ``ahmc_stan.sampling.STAN_WARMUP``, CmdStan's 1000,
 nutpie's own).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
@@ -46,7 +46,7 @@ import ahmc_stan
 from ahmc_stan import datasets
 from ahmc_stan.comparison import to_markdown
 from ahmc_stan.peers import run_peer
-from ahmc_stan.sampling import SHORT_WARMUP, SHORT_WARMUP_MAX_DIMS, STAN_WARMUP
+from ahmc_stan.sampling import STAN_WARMUP
 from ahmc_stan.suite import EXPERIMENTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -183,7 +183,6 @@ def report(rows: dict) -> str:
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
              "--draws D` (each model's chains, iterations and seeds in the last table; warmup "
              "\"own\": `--own-warmup`, each sampler at its own default: AHMC "
-             f"{SHORT_WARMUP['ahmc']} up to {SHORT_WARMUP_MAX_DIMS} parameters, else "
              f"{STAN_WARMUP}; CmdStan 1000; nutpie 400, low rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "

@@ -74,8 +74,8 @@ def main(argv=None) -> None:
         row = []
         for c in columns:
             e, r = s.loc[stan_name(c)], ref["columns"][c]
-            row.append([(e["mean"] - r["mean"]) / np.hypot(e["mcse_mean"], r["mcse_mean"]),
-                        (e["sd"] - r["sd"]) / np.hypot(e["mcse_sd"], r["mcse_sd"])])
+            row.append([robustness._z(e["mean"], r["mean"], e["mcse_mean"], r["mcse_mean"]),
+                        robustness._z(e["sd"], r["sd"], e["mcse_sd"], r["mcse_sd"])])
         z.append(row)
         worst = max(abs(v) for pair in row for v in pair)
         e = fit.efficiency()

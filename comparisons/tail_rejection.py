@@ -47,7 +47,7 @@ def suite_arguments(doc: str, samplers: str, seeds: str, out: Path, argv=None
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--own-warmup", action="store_true",
                     help="each of our samplers at its own default warmup, as a user gets it "
-                         "(ahmc_stan.sampling.default_warmup; NUTS 1000), not --warmup")
+                         "(ahmc_stan.sampling.STAN_WARMUP; NUTS 1000), not --warmup")
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=out)
     args = ap.parse_args(argv)
