@@ -654,11 +654,12 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly
     (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
-    diagonal mixes them better (README, "SV since the two changes"), or when at least half
-    but not all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`); a later step also
-    when the run before has an R-hat above 1.01: on a zero-inflated regression's skewed
-    inflation intercept the diagonal's chains still disagree, and its smaller steps
-    (``adapt_delta=0.95``) converge (README, "Models the defaults were not tuned on").
+    diagonal mixes them better (README, "SV since the two changes"), or when at least
+    half but not all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`);
+    a later step also when the run before has an R-hat above 1.01: on a zero-inflated
+    regression's skewed inflation intercept the diagonal's chains still disagree, and its
+    smaller steps (``adapt_delta=0.95``) converge (README, "Models the defaults were not
+    tuned on").
     When none of the reruns converged, the complete fit with the largest min ESS (bulk
     and tail, over the parameters; the first fit on a tie) is returned: ESS falls both
     when the chains disagree and when they mix slowly, so it ranks fits that all warn
