@@ -39,6 +39,7 @@ from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.stuck import StuckChainError
+from .tuning.windows import gaussian_misfit
 
 __all__ = ["tune_and_sample", "load_output", "SAMPLERS", "register_sampler",
            "sampler_options"]
@@ -529,7 +530,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     without a ``metric`` option, whose fit fails the tail-rejection
     check (:mod:`ahmc_stan.convergence`: the step size too large for a tail, which the
     chains then under-explore, all alike), or both the R-hat and an ESS check with an ESS
-    below a tenth of the draws (chains that disagree and mix slowly), and not the E-BFMI
+    below a tenth of the draws (chains that disagree and mix slowly), or in which at least
+    half but not all chains fell back to Stan's diagonal, or whose low-rank chains' draws
+    are far from Gaussian (:func:`_nongaussian`: a skewed or long-tailed direction the
+    chains can all under-visit), and not the E-BFMI
     check, is run again, same seed, with Stan's diagonal metric (``metric="diag"``); if
     that fit fails the tail-rejection check too, once more with ``adapt_delta=0.95`` as
     well (unless the call set it) (:data:`RERUN_STEPS`).  The first of these fits that
@@ -577,7 +581,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
         fit = _metric_rerun(fit, lambda step, i: run(
             {**options, **step}, None if output_dir is None else
             Path(output_dir) / ("metric_rerun" if i == 0 else f"metric_rerun_{i + 1}")),
-            progress, steps)
+            progress, steps, _nongaussian(fit, model))
     if extend and not fit.incomplete:
         fit = _extend(fit, model, sampler, seed, draws, thin, progress, parallel, deadline,
                       options)
@@ -648,18 +652,20 @@ def _options_text(step: Mapping[str, Any]) -> str:
 
 
 def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
-                  steps=RERUN_STEPS[:1]) -> Fit:
+                  steps=RERUN_STEPS[:1], nongaussian: str = "") -> Fit:
     """``first``, or the fit of the first of ``steps`` that converged, each step run
     (``rerun(step options, index)``) only when the run before fails the tail-rejection
     check; the other runs' cost charged to the returned fit's warmup.  The first step
     runs too when ``first``'s chains both disagree and mix slowly
     (:func:`_slow_and_apart`): on SV the low-rank metric leaves φ and β so, where Stan's
     diagonal mixes them better (README, "SV since the two changes"), or when at least
-    half but not all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`);
-    a later step also when the run before has an R-hat above 1.01: on a zero-inflated
-    regression's skewed inflation intercept the diagonal's chains still disagree, and its
-    smaller steps (``adapt_delta=0.95``) converge (README, "Models the defaults were not
-    tuned on").
+    half but not all of its chains fell back to Stan's diagonal (:func:`_mixed_fallback`),
+    or when ``nongaussian`` gives a reason (:func:`_nongaussian`: on a zero-inflated
+    regression's skewed inflation intercept the low-rank chains agree and under-visit its
+    long tail, with nothing in the diagnosis to show for it); a later step also when the
+    run before has an R-hat above 1.01: there the diagonal's chains still disagree, and
+    its smaller steps (``adapt_delta=0.95``) converge (README, "Models the defaults were
+    not tuned on").
     When none of the reruns converged, the complete fit with the largest min ESS (bulk
     and tail, over the parameters; the first fit on a tie) is returned: ESS falls both
     when the chains disagree and when they mix slowly, so it ranks fits that all warn
@@ -671,10 +677,13 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
 
     found = diagnose(first, checks=("tail_rejection", "ebfmi", "rhat_ess"))
     fell_back = _mixed_fallback(first)
-    if not (found.get("tail_rejection") or _slow_and_apart(first, found) or fell_back):
+    if not (found.get("tail_rejection") or _slow_and_apart(first, found) or fell_back
+            or nongaussian):
         return first
-    reason = "; ".join(r for r in (found.summary(), fell_back) if r)
+    reason = "; ".join(r for r in (found.summary(), fell_back, nongaussian) if r)
     record = {"metric": steps[0]["metric"], "reason": reason, "runs": []}
+    if "gaussian_misfit" in first.metadata:
+        record["gaussian_misfit"] = first.metadata["gaussian_misfit"]
     if found.get("ebfmi"):
         record.update(ran=False, adopted=False, note=(
             f"{record['reason']} with the default metric: not run again with "
@@ -690,8 +699,9 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             if not (found.get("tail_rejection") or found.get("rhat")) or found.get("ebfmi"):
                 break
         if progress:
-            print(f"{first.sampler}: {found.summary()}; running again with "
-                  f"{_options_text(step)}", file=sys.stderr, flush=True)
+            why = reason if i == 0 else found.summary()
+            print(f"{first.sampler}: {why}; running again with {_options_text(step)}",
+                  file=sys.stderr, flush=True)
         try:
             fit = rerun(step, i)
         except (KeyboardInterrupt, TimeoutError) as stop:  # no draw made: keep the others
@@ -774,6 +784,80 @@ def _mixed_fallback(fit: Fit) -> str:
         return (f"the gradient-based metric fell back to Stan's diagonal in {n} of "
                 f"{len(chains)} chains")
     return ""
+
+
+#: :func:`_nongaussian`: the Gaussian misfit above which a low-rank fit is run again; the
+#: number of draws (evenly spaced over the chains) whose gradients it takes, a quarter of
+#: them first; and the misfit of that quarter below which it stops there (Gaussian
+#: posteriors give 0 to rounding, the GLMs measured up to 0.1: README, "A rule for
+#: skewed tails").
+NONGAUSSIAN_MISFIT = 10.0
+MISFIT_DRAWS = 1000
+MISFIT_CLEAR = 1.0
+
+
+def _nongaussian(fit: Fit, model: StanModel) -> str:
+    """A reason for :func:`_metric_rerun` when some chain of ``fit`` sampled with a
+    low-rank metric and the posterior its draws show is far from Gaussian, else ``""``:
+    the :func:`~ahmc_stan.tuning.windows.gaussian_misfit` of :data:`MISFIT_DRAWS` of its
+    draws (all chains pooled, unconstrained) and their gradients is above
+    :data:`NONGAUSSIAN_MISFIT` (computed from a quarter of them first, and no further
+    when that is below :data:`MISFIT_CLEAR`).  The low-rank correction fits a Gaussian's
+    scales, between the draws' variance and the inverse of the gradients' along a skewed
+    or long-tailed direction, and its chains can agree while they under-visit that tail
+    (README, "A rule for skewed tails").  The gradients are counted, and their seconds
+    charged, in the fit's warmup; ``metadata["gaussian_misfit"]`` keeps the misfit and
+    that cost."""
+    results = getattr(fit, "_chain_results", None)
+    chains = fit.metadata.get("chains") or []
+    if not results or not any(isinstance(c.get("inv_metric"), Mapping) for c in chains):
+        return ""  # no chain ended with a low-rank correction (its record: the factors)
+    rows = [r.positions[r.n_warmup:r.n_warmup + r.n_sampling] for r in results]
+    every = max(1, -(-sum(map(len, rows)) // MISFIT_DRAWS))
+    rows = [r[::every] for r in rows]
+    native = getattr(model, "density", None)  # the C layer's gradient: no Python wrapper
+
+    def gradient(p):
+        if native is None:
+            return model.log_density_gradient(p)[1]
+        out = np.empty(len(p))
+        native.log_density_gradient(np.ascontiguousarray(p, dtype=float), out)
+        return out
+
+    start = time.perf_counter()
+    grads = [np.full(r.shape, np.nan) for r in rows]
+    misfit = math.nan
+    for stride in (4, 1):  # a quarter of the draws, then (unless clear) all of them
+        for r, g in zip(rows, grads):
+            for i in range(0, len(r), stride):
+                if np.isnan(g[i, 0]):
+                    g[i] = gradient(r[i])
+        use = [np.arange(0, len(r), stride) for r in rows]
+        x = np.concatenate([r[i] for r, i in zip(rows, use)])
+        misfit = gaussian_misfit(x, np.concatenate([g[i] for g, i in zip(grads, use)]))
+        if not misfit >= MISFIT_CLEAR:
+            break
+    seconds = time.perf_counter() - start
+    spent = [int(np.sum(~np.isnan(g[:, 0]))) for g in grads]
+    _charge_counts(fit, spent, seconds)
+    fit.metadata["gaussian_misfit"] = {"misfit": misfit, "n_grad": sum(spent),
+                                       "seconds": seconds}
+    if not misfit > NONGAUSSIAN_MISFIT:
+        return ""
+    return (f"the draws are far from Gaussian (misfit {misfit:.3g} above "
+            f"{NONGAUSSIAN_MISFIT:g}), where the low-rank metric can under-visit a tail")
+
+
+def _charge_counts(fit: Fit, per_chain: list[int], seconds: float) -> None:
+    """Charge ``per_chain`` gradients (each chain's to its first warmup iteration) and
+    ``seconds`` to ``fit``'s warmup."""
+    ws = fit.warmup_sampler_stats
+    n_grad = ws.get("n_grad") if ws else None
+    if n_grad is not None and n_grad.shape[1] and len(per_chain) == n_grad.shape[0]:
+        n_grad[:, 0] += np.asarray(per_chain, dtype=n_grad.dtype)
+    fit.n_eval_warmup["gradient"] = fit.n_eval_warmup.get("gradient", 0) + sum(per_chain)
+    fit.n_grad_warmup = fit.n_eval_warmup["gradient"]
+    fit.time_warmup += seconds
 
 
 def _slow_and_apart(fit: Fit, found) -> bool:

@@ -148,3 +148,28 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     if not keep.any():  # nothing to correct: the diagonal, kept diagonal (cheaper steps)
         return diag
     return LowRankInvMetric(diag, to_params(vecs[:, keep]), lam[keep])
+
+
+def gaussian_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
+    """How far the draws' posterior is from Gaussian, in the metric's own terms: the
+    gradients' least-squares residual ``r`` on an affine function of the draws, and the
+    largest eigenvalue of ``Cov(x)^½ Cov(r) Cov(x)^½`` (``r``'s covariance corrected for
+    the d + 1 fitted coefficients).  For a Gaussian target ``∇ log p`` is affine in ``x``,
+    so the residual, and the misfit, is 0 whatever the number of draws.  By Stein's
+    identity (``Cov(x, ∇) = −I``) ``Cov(x)^½ Cov(∇) Cov(x)^½ = I + Cov(x)^½ Cov(r)
+    Cov(x)^½``: the misfit is how far, along the worst direction, the draws' variance and
+    the inverse of the gradients' differ, which :func:`low_rank_inv_metric` splits the
+    difference between.  ``nan`` with too few draws (n ≤ d + 2) or values that are not
+    finite."""
+    n, d = draws.shape
+    if n <= d + 2 or not (np.isfinite(draws).all() and np.isfinite(grads).all()):
+        return float("nan")
+    x = draws - draws.mean(axis=0)
+    sd = np.std(x, axis=0)
+    sd[sd == 0] = 1.0
+    x, g = x / sd, (grads - grads.mean(axis=0)) * sd  # the misfit is scale-free
+    coef, *_ = np.linalg.lstsq(x, g, rcond=None)
+    r = g - x @ coef
+    w, v = np.linalg.eigh(x.T @ x / (n - 1))
+    half = (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+    return float(np.linalg.eigvalsh(half @ (r.T @ r / (n - d - 1)) @ half)[-1])
