@@ -815,49 +815,28 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     rows = [r.positions[r.n_warmup:r.n_warmup + r.n_sampling] for r in results]
     every = max(1, -(-sum(map(len, rows)) // MISFIT_DRAWS))
     rows = [r[::every] for r in rows]
-    native = getattr(model, "density", None)  # the C layer's gradient: no Python wrapper
-
-    def gradient(p):
-        if native is None:
-            return model.log_density_gradient(p)[1]
-        out = np.empty(len(p))
-        native.log_density_gradient(np.ascontiguousarray(p, dtype=float), out)
-        return out
-
+    x = np.concatenate(rows)
+    owner = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    g, have = np.empty_like(x), np.zeros(len(x), dtype=bool)
+    quarter = have.copy()
+    quarter[::4] = True
     start = time.perf_counter()
-    grads = [np.full(r.shape, np.nan) for r in rows]
-    misfit = math.nan
-    for stride in (4, 1):  # a quarter of the draws, then (unless clear) all of them
-        for r, g in zip(rows, grads):
-            for i in range(0, len(r), stride):
-                if np.isnan(g[i, 0]):
-                    g[i] = gradient(r[i])
-        use = [np.arange(0, len(r), stride) for r in rows]
-        x = np.concatenate([r[i] for r, i in zip(rows, use)])
-        misfit = gaussian_misfit(x, np.concatenate([g[i] for g, i in zip(grads, use)]))
+    for done in (quarter, np.ones_like(have)):  # a quarter first, the rest unless clear
+        for i in np.flatnonzero(done & ~have):
+            model.density.log_density_gradient(x[i], g[i])  # rows of C-ordered arrays
+        have = done
+        misfit = gaussian_misfit(x[done], g[done])
         if not misfit >= MISFIT_CLEAR:
             break
     seconds = time.perf_counter() - start
-    spent = [int(np.sum(~np.isnan(g[:, 0]))) for g in grads]
-    _charge_counts(fit, spent, seconds)
-    fit.metadata["gaussian_misfit"] = {"misfit": misfit, "n_grad": sum(spent),
+    spent = np.bincount(owner[have], minlength=len(rows))
+    _charge_counts(fit, spent, seconds, {"gradient": int(spent.sum())})
+    fit.metadata["gaussian_misfit"] = {"misfit": misfit, "n_grad": int(spent.sum()),
                                        "seconds": seconds}
     if not misfit > NONGAUSSIAN_MISFIT:
         return ""
     return (f"the draws are far from Gaussian (misfit {misfit:.3g} above "
             f"{NONGAUSSIAN_MISFIT:g}), where the low-rank metric can under-visit a tail")
-
-
-def _charge_counts(fit: Fit, per_chain: list[int], seconds: float) -> None:
-    """Charge ``per_chain`` gradients (each chain's to its first warmup iteration) and
-    ``seconds`` to ``fit``'s warmup."""
-    ws = fit.warmup_sampler_stats
-    n_grad = ws.get("n_grad") if ws else None
-    if n_grad is not None and n_grad.shape[1] and len(per_chain) == n_grad.shape[0]:
-        n_grad[:, 0] += np.asarray(per_chain, dtype=n_grad.dtype)
-    fit.n_eval_warmup["gradient"] = fit.n_eval_warmup.get("gradient", 0) + sum(per_chain)
-    fit.n_grad_warmup = fit.n_eval_warmup["gradient"]
-    fit.time_warmup += seconds
 
 
 def _slow_and_apart(fit: Fit, found) -> bool:
@@ -878,23 +857,34 @@ def _min_ess(fit: Fit) -> float:
 
 
 def _charge(fit: Fit, other: Fit) -> None:
-    """Charge ``other``'s evaluations and seconds to ``fit``'s warmup: chain c's gradients
-    to its first warmup iteration (all to chain 1's when the chains do not pair up)."""
-    ws = fit.warmup_sampler_stats
-    if ws and "n_grad" in ws and ws["n_grad"].shape[1]:
+    """Charge ``other``'s evaluations and seconds to ``fit``'s warmup
+    (:func:`_charge_counts`)."""
+    spent = None
+    if "n_grad" in other.sampler_stats:
         spent = np.sum(other.sampler_stats["n_grad"], axis=1)
         if other.warmup_sampler_stats and "n_grad" in other.warmup_sampler_stats:
             spent = spent + np.sum(other.warmup_sampler_stats["n_grad"], axis=1)
-        if len(spent) == ws["n_grad"].shape[0]:
-            ws["n_grad"][:, 0] += spent.astype(ws["n_grad"].dtype)
+    evals = {kind: other.n_eval_warmup.get(kind, 0) + other.n_eval_sampling.get(kind, 0)
+             for kind in set(other.n_eval_warmup) | set(other.n_eval_sampling)}
+    _charge_counts(fit, spent, other.time_warmup + other.time_sampling, evals)
+
+
+def _charge_counts(fit: Fit, per_chain, seconds: float, evals: Mapping[str, int]) -> None:
+    """Charge the evaluations ``evals`` (kind → count) and ``seconds`` to ``fit``'s
+    warmup, the gradients ``per_chain`` (or ``None``) to each chain's first warmup
+    iteration (all to chain 1's when the chains do not pair up)."""
+    ws = fit.warmup_sampler_stats
+    n_grad = ws.get("n_grad") if ws else None
+    if per_chain is not None and n_grad is not None and n_grad.shape[1]:
+        per_chain = np.asarray(per_chain)
+        if len(per_chain) == n_grad.shape[0]:
+            n_grad[:, 0] += per_chain.astype(n_grad.dtype)
         else:
-            ws["n_grad"][0, 0] += spent.sum().astype(ws["n_grad"].dtype)
-    for kind in set(other.n_eval_warmup) | set(other.n_eval_sampling):
-        fit.n_eval_warmup[kind] = (fit.n_eval_warmup.get(kind, 0)
-                                   + other.n_eval_warmup.get(kind, 0)
-                                   + other.n_eval_sampling.get(kind, 0))
+            n_grad[0, 0] += per_chain.sum().astype(n_grad.dtype)
+    for kind, n in evals.items():
+        fit.n_eval_warmup[kind] = fit.n_eval_warmup.get(kind, 0) + n
     fit.n_grad_warmup = fit.n_eval_warmup["gradient"]
-    fit.time_warmup += other.time_warmup + other.time_sampling
+    fit.time_warmup += seconds
 
 
 #: Extensions draw their chains' seeds from ``SeedSequence([seed, EXTEND_SEED_KEY])``.
