@@ -52,6 +52,14 @@ Checks and their thresholds (module constants):
   4–12 % low with no other warning (``comparisons/results/tail_rejection.md`` measures
   the rule on the robustness suite).  Not for thinned fits (``metadata["thin"] > 1``),
   whose kept draws do not record the move that leaves them.
+* ``nongaussian``: the fit's low-rank chains' draws are far from Gaussian
+  (``metadata["gaussian_misfit"]``, which :func:`~ahmc_stan.sampling.tune_and_sample`
+  records on an AHMC-family fit whose chains ended with a low-rank metric, above
+  :data:`~ahmc_stan.tuning.windows.NONGAUSSIAN_MISFIT`), and these are the draws
+  returned: the metric rerun in Stan's diagonal did not converge and mixed slower, was
+  not run (a low E-BFMI) or was stopped.  Such chains can agree and all under-visit a
+  skewed or long tail (the zero-inflated regression's intercept: its sd z −8.5 at R-hat
+  1.002 with nothing else flagged).
 * ``incomplete``: the run was interrupted and the draws are a prefix.
 
 Each :class:`Problem` says whether it means the draws have **not converged**
@@ -59,7 +67,8 @@ Each :class:`Problem` says whether it means the draws have **not converged**
 not explored a tail, and their ESS overstates what they know: on GARCH the sds' z's have
 a root mean square of 1.8–2), and divergences in more than
 :data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
-max-steps, step-size spread, a slow chain, an incomplete run and rarer divergences are
+max-steps, step-size spread, a slow chain, draws far from Gaussian, an incomplete run
+and rarer divergences are
 warnings that leave :attr:`Diagnosis.converged` true;
 :func:`ahmc_stan.comparison.compare` ranks fits that have not converged last.
 
@@ -77,6 +86,7 @@ from typing import Any
 
 import numpy as np
 
+from .tuning.windows import NONGAUSSIAN_MISFIT
 from .tuning.tail_rejection import (TAIL_FRACTION, TAIL_REJECTION_MIN, TAIL_REJECTION_RATIO,
                                     tail_rejections)
 
@@ -128,7 +138,7 @@ class Problem:
 
     ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
     ``"stuck_chain"``, ``"slow_chain"``, ``"ebfmi"``, ``"max_steps"``,
-    ``"step_size_spread"``, ``"tail_rejection"`` or ``"incomplete"``; ``message``: the
+    ``"step_size_spread"``, ``"tail_rejection"``, ``"nongaussian"`` or ``"incomplete"``; ``message``: the
     report's paragraph; ``columns``: the columns involved (worst first); ``chains``: the
     chains involved (0-based indices into ``fit.draws``; messages count from 1, like
     CmdStan); ``value``: the offending value (worst R-hat, smallest ESS, fraction divergent,
@@ -169,6 +179,8 @@ class Problem:
             return f"slow chain {self.chains[0] + 1} ({v:.2g}x the others' ESS)"
         if self.kind == "tail_rejection":
             return f"tail rejections {v:.2g}x ({self.columns[0]})"
+        if self.kind == "nongaussian":
+            return f"far from Gaussian (misfit {v:.3g})"
         if self.kind == "incomplete":
             return "incomplete"
         return self.kind
@@ -632,6 +644,27 @@ def _check_tail_rejection(fit):
         convergence=True)]
 
 
+def _check_nongaussian(fit):
+    record = fit.metadata.get("gaussian_misfit")
+    misfit = record.get("misfit", math.nan) if isinstance(record, dict) else math.nan
+    if not misfit > NONGAUSSIAN_MISFIT:
+        return []
+    rerun = fit.metadata.get("metric_rerun") or {}
+    why = ("was not run (a low E-BFMI points to the geometry)" if rerun.get("ran") is False
+           else "was stopped" if rerun.get("stopped") and not rerun.get("runs") else
+           "did not converge and mixed slower" if rerun else "was not run")
+    return [Problem(
+        "nongaussian", f"The draws are far from Gaussian (misfit {misfit:.3g}, above "
+        f"{NONGAUSSIAN_MISFIT:g}: the gradients at the draws are far from an affine "
+        "function of them), and they were drawn with a low-rank metric, whose chains can "
+        "agree and all under-visit a skewed or long tail: even with a good R-hat and ESS "
+        "the spread and tail quantiles of such parameters can be under-estimated. The "
+        f"rerun in Stan's diagonal {why} (fit.metadata['metric_rerun']), so these are "
+        "the low-rank chains' draws. Compare with metric='diag' (and a higher "
+        "adapt_delta), or reparameterise.",
+        value=misfit, threshold=NONGAUSSIAN_MISFIT)]
+
+
 #: The checks in the order :func:`diagnose` runs them (``rhat_ess`` gives the kinds
 #: ``rhat``, ``ess_bulk`` and ``ess_tail``; every other check the kind of its name,
 #: ``step_size`` the kind ``step_size_spread``, ``stuck`` ``stuck_chain``).
@@ -639,4 +672,4 @@ CHECKS = {"incomplete": _check_incomplete, "rhat_ess": _check_rhat_ess,
           "divergences": _check_divergences, "stuck": _check_stuck,
           "slow_chain": _check_slow_chain, "ebfmi": _check_ebfmi,
           "max_steps": _check_max_steps, "step_size": _check_step_size,
-          "tail_rejection": _check_tail_rejection}
+          "tail_rejection": _check_tail_rejection, "nongaussian": _check_nongaussian}

@@ -39,7 +39,7 @@ from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.stuck import StuckChainError
-from .tuning.windows import gaussian_misfit
+from .tuning.windows import NONGAUSSIAN_MISFIT, gaussian_misfit
 
 __all__ = ["tune_and_sample", "load_output", "SAMPLERS", "register_sampler",
            "sampler_options"]
@@ -786,12 +786,11 @@ def _mixed_fallback(fit: Fit) -> str:
     return ""
 
 
-#: :func:`_nongaussian`: the Gaussian misfit above which a low-rank fit is run again; the
-#: number of draws (evenly spaced over the chains) whose gradients it takes, a quarter of
-#: them first; and the misfit of that quarter below which it stops there (Gaussian
-#: posteriors give 0 to rounding, the GLMs measured up to 0.1: README, "A rule for
-#: skewed tails").
-NONGAUSSIAN_MISFIT = 10.0
+#: :func:`_nongaussian` runs a low-rank fit again above the Gaussian misfit
+#: :data:`~ahmc_stan.tuning.windows.NONGAUSSIAN_MISFIT`; it takes the gradients at this
+#: many draws (evenly spaced over the chains), a quarter of them first, and stops there
+#: when that quarter's misfit is below :data:`MISFIT_CLEAR` (Gaussian posteriors give 0
+#: to rounding, the GLMs measured up to 0.1: README, "A rule for skewed tails").
 MISFIT_DRAWS = 1000
 MISFIT_CLEAR = 1.0
 

@@ -762,10 +762,28 @@ def test_metric_rerun_runs_when_the_draws_are_far_from_gaussian():
     record = fit.metadata["metric_rerun"]
     assert record["adopted"] and record["reason"] == reason
     assert record["gaussian_misfit"] == skewed.metadata["gaussian_misfit"]
+    assert "nongaussian" not in fit.diagnose().kinds()  # the diagonal's draws returned
+
+    # the diagonal's rerun does not converge and mixes slower: the low-rank draws are
+    # returned, and the diagnosis says they are far from Gaussian (a warning)
+    kept = fit_of(0.05, seed=6)
+    assert "nongaussian" not in kept.diagnose().kinds()  # not yet measured
+    reason = _nongaussian(kept, _LogGammaDensity(0.05))
+    worse = _autocorrelated(_with_warmup(synthetic(seed=8, sampler="ahmc")), 0.98)
+    worse.draws[0] += 0.5
+    assert not worse.diagnose().converged
+    fit = _metric_rerun(kept, lambda *step: worse, progress=False, nongaussian=reason)
+    assert fit is kept and fit.metadata["metric_rerun"]["best_unconverged"] == 0
+    found = fit.diagnose()
+    assert found.kinds() == ("nongaussian",) and found.converged
+    problem = found.get("nongaussian")[0]
+    assert problem.value == kept.metadata["gaussian_misfit"]["misfit"] > NONGAUSSIAN_MISFIT
+    assert "did not converge" in problem.message and problem.short.startswith("far from")
 
     gaussian, model = fit_of(None), _LogGammaDensity(None)
     assert _nongaussian(gaussian, model) == ""
     assert gaussian.metadata["gaussian_misfit"]["misfit"] < 1e-10
+    assert "nongaussian" not in gaussian.diagnose().kinds()
     assert model.calls == MISFIT_DRAWS // 4  # clear after the first quarter
     diagonal, model = fit_of(0.05, low_rank=False), _LogGammaDensity(0.05)
     assert _nongaussian(diagonal, model) == "" and model.calls == 0

@@ -150,6 +150,12 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     return LowRankInvMetric(diag, to_params(vecs[:, keep]), lam[keep])
 
 
+#: The :func:`gaussian_misfit` above which a low-rank metric's draws are taken to be far
+#: from Gaussian (Gaussian posteriors give 0 to rounding, the GLMs measured up to 0.1,
+#: the ZINB's skewed intercept 26–97: README, "A rule for skewed tails").
+NONGAUSSIAN_MISFIT = 10.0
+
+
 def gaussian_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
     """How far the draws' posterior is from Gaussian, in the metric's own terms: the
     gradients' least-squares residual ``r`` on an affine function of the draws, and the
