@@ -54,10 +54,11 @@ Checks and their thresholds (module constants):
   whose kept draws do not record the move that leaves them.
 * ``nongaussian``: the fit's low-rank chains' draws are far from Gaussian
   (``metadata["gaussian_misfit"]``, which :func:`~ahmc_stan.sampling.tune_and_sample`
-  records on an AHMC-family fit whose chains ended with a low-rank metric, above
+  records on a fit some of whose chains ended with a low-rank metric, above
   :data:`~ahmc_stan.tuning.windows.NONGAUSSIAN_MISFIT`), and these are the draws
   returned: the metric rerun in Stan's diagonal did not converge and mixed slower, was
-  not run (a low E-BFMI) or was stopped.  Such chains can agree and all under-visit a
+  not run (a low E-BFMI, or the call chose the metric or turned the rerun off) or was
+  stopped.  Such chains can agree and all under-visit a
   skewed or long tail (the zero-inflated regression's intercept: its sd z −8.5 at R-hat
   1.002 with nothing else flagged).
 * ``incomplete``: the run was interrupted and the draws are a prefix.
@@ -650,9 +651,10 @@ def _check_nongaussian(fit):
     if not misfit > NONGAUSSIAN_MISFIT:
         return []
     rerun = fit.metadata.get("metric_rerun") or {}
-    why = ("was not run (a low E-BFMI points to the geometry)" if rerun.get("ran") is False
-           else "was stopped" if rerun.get("stopped") and not rerun.get("runs") else
-           "did not converge and mixed slower" if rerun else "was not run")
+    why = ("was not run (the call chose the metric or set metric_rerun=False)" if not rerun
+           else "was not run (a low E-BFMI points to the geometry)" if rerun.get("ran") is False
+           else "was stopped" if rerun.get("stopped") and not rerun.get("runs")
+           else "did not converge and mixed slower")
     return [Problem(
         "nongaussian", f"The draws are far from Gaussian (misfit {misfit:.3g}, above "
         f"{NONGAUSSIAN_MISFIT:g}: the gradients at the draws are far from an affine "

@@ -538,7 +538,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     that fit fails the tail-rejection check too, once more with ``adapt_delta=0.95`` as
     well (unless the call set it) (:data:`RERUN_STEPS`).  The first of these fits that
     has converged is returned (else the one with the largest min ESS, the first fit on
-    a tie).  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
+    a tie).  (The misfit is measured on every complete fit some of whose chains ended with
+    a low-rank metric, also when the call chose the metric or turned the rerun off: the
+    diagnosis warns ``nongaussian`` when the draws returned are such a fit's and far from
+    Gaussian.)  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
     runs not returned are charged to the returned one's warmup (each chain's first
     iteration), so ESS per gradient and per second count them; with ``output_dir`` the
     reruns' chains stream to its subfolders ``metric_rerun`` and ``metric_rerun_2`` and
@@ -576,12 +579,13 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
     fit = run(options, output_dir)
+    nongaussian = "" if fit.incomplete else _nongaussian(fit, model)  # also with no rerun
     steps = _fit_rerun_steps(sampler, options, fit) if metric_rerun and not fit.incomplete else []
     if steps:
         fit = _metric_rerun(fit, lambda step, i: run(
             {**options, **step}, None if output_dir is None else
             Path(output_dir) / ("metric_rerun" if i == 0 else f"metric_rerun_{i + 1}")),
-            progress, steps, _nongaussian(fit, model))
+            progress, steps, nongaussian)
     if extend and not fit.incomplete:
         fit = _extend(fit, model, sampler, seed, draws, thin, progress, parallel, deadline,
                       options)
@@ -816,11 +820,14 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     rows = [r[::every] for r in rows]
     x = np.concatenate(rows)
     owner = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    if len(x) <= x.shape[1] + 2:
+        return ""  # too few draws for the misfit's affine fit
     g, have = np.empty_like(x), np.zeros(len(x), dtype=bool)
     quarter = have.copy()
     quarter[::4] = True
+    stages = (quarter, np.ones_like(have)) if quarter.sum() > x.shape[1] + 2 else (~have,)
     start = time.perf_counter()
-    for done in (quarter, np.ones_like(have)):  # a quarter first, the rest unless clear
+    for done in stages:  # a quarter first (enough draws for it), the rest unless clear
         for i in np.flatnonzero(done & ~have):
             model.density.log_density_gradient(x[i], g[i])  # rows of C-ordered arrays
         have = done

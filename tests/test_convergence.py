@@ -486,9 +486,12 @@ def test_garch_low_rank_tail_warns_and_the_metric_rerun_fixes_it(tmp_path):
     np.testing.assert_array_equal(fit.draws, diag_fit.draws)
     assert fit.diagnose().converged
     # the discarded run's gradients are charged to the warmup: ESS per gradient counts them
-    # (with the gradients the Gaussian misfit of its draws took: ``_nongaussian``)
-    spent = (low_rank_fit.n_grad_warmup + low_rank_fit.n_grad_sampling
-             + rerun["gaussian_misfit"]["n_grad"])
+    # (with the gradients the Gaussian misfit of its draws took, ``_nongaussian``, which
+    # the call with metric="low_rank" took as well)
+    misfit = low_rank_fit.metadata["gaussian_misfit"]
+    assert misfit["n_grad"] == rerun["gaussian_misfit"]["n_grad"] > 0
+    assert misfit["misfit"] == rerun["gaussian_misfit"]["misfit"]
+    spent = low_rank_fit.n_grad_warmup + low_rank_fit.n_grad_sampling
     assert rerun["charged"]["n_grad"] == spent
     assert fit.n_grad_warmup == diag_fit.n_grad_warmup + spent
     assert fit.n_grad_sampling == diag_fit.n_grad_sampling
@@ -798,7 +801,8 @@ def test_zinb_skewed_tail_is_seen_by_the_gaussian_misfit_and_rerun():
     rule's 1000; Gaussian-like posteriors give under 1), so the default runs it again in
     Stan's diagonal for that reason and returns a fit whose ``a_zero`` mean and sd agree
     with the suite's reference (CmdStan NUTS, 10 chains × 10 000 draws) within 4
-    combined MCSEs."""
+    combined MCSEs.  Called with ``metric="low_rank"`` (no rerun), the fit's diagnosis
+    warns that its draws are far from Gaussian."""
     from ahmc_stan import tune_and_sample
     from ahmc_stan.sampling import NONGAUSSIAN_MISFIT
 
@@ -816,6 +820,15 @@ def test_zinb_skewed_tail_is_seen_by_the_gaussian_misfit_and_rerun():
     for what in ("mean", "sd"):
         se = np.hypot(row[f"mcse_{what}"], ref[f"mcse_{what}"])
         assert abs(row[what] - ref[what]) < 4 * se, (what, row[what], ref[what], se)
+
+    # a call that chooses the low-rank metric gets no rerun, but the misfit is measured
+    # all the same (on the same draws) and the diagnosis warns of it
+    low = tune_and_sample(model, "ahmc", metric="low_rank", chains=4, warmup=1000,
+                          draws=1000, seed=2, progress=False, diagnose=False)
+    assert "metric_rerun" not in low.metadata
+    assert low.metadata["gaussian_misfit"]["misfit"] == record["gaussian_misfit"]["misfit"]
+    assert "nongaussian" in low.diagnose().kinds(), str(low.diagnose())
+    assert "chose the metric" in low.diagnose().get("nongaussian")[0].message
 
 
 def test_metric_rerun_returns_the_unconverged_fit_with_the_largest_min_ess():
