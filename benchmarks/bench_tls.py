@@ -5,10 +5,14 @@ gradient of each model built with the default TLS access (global-dynamic: a call
 reference), with CmdStan NUTS's wall time per leapfrog step on the same model alongside.
 
     python benchmarks/bench_tls.py [--models sv,lgcp,pima,neal100] [--cache DIR]
+        [--variants tls | march] [--no-nuts]
 
 Each variant is built (once; ``--cache``, default ``benchmarks/.tls-cache``, keeps the
 builds, a few minutes the first time) and timed in its own process, in turns, five times
-each; the gradients of every variant at the same points must agree to the last bit.
+each; the gradients of the TLS variants at the same points must agree to the last bit.
+``--variants march`` times the compiler's flags as they are against the same with
+``-march=x86-64-v3`` (AVX2, FMA) and ``-march=x86-64-v4`` (AVX-512), whose gradients
+round differently (README, "How models are built").
 """
 
 from __future__ import annotations
@@ -24,11 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's ahmc_stan, also for A/B copies
 
 GNU2 = "-mtls-dialect=gnu2"
-VARIANTS = {  # from the compiler's flags (which have GNU2 on x86-64)
+TLS_VARIANTS = {  # from the compiler's flags (which have GNU2 on x86-64)
     "global-dynamic": lambda flags: [f for f in flags if f != GNU2],
     "TLS descriptors": lambda flags: flags if GNU2 in flags else flags + [GNU2],
     "no STAN_THREADS": lambda flags: [f for f in flags if f not in (GNU2, "-DSTAN_THREADS")],
 }
+MARCH_VARIANTS = {
+    "as built": lambda flags: flags,
+    "x86-64-v3": lambda flags: flags + ["-march=x86-64-v3"],
+    "x86-64-v4": lambda flags: flags + ["-march=x86-64-v4"],
+}
+VARIANTS = {**TLS_VARIANTS, **MARCH_VARIANTS}
 
 
 def measure(variant: str, name: str, repeats: int) -> dict:
@@ -79,18 +89,21 @@ def main(argv=None) -> None:
     ap.add_argument("--models", default="sv,lgcp,pima,neal100")
     ap.add_argument("--cache", default=str(ROOT / "benchmarks" / ".tls-cache"))
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", choices=("tls", "march"), default="tls")
+    ap.add_argument("--no-nuts", action="store_true", help="skip CmdStan NUTS's timing")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child[0], args.child[1], 1)))
         return
+    variants = list(TLS_VARIANTS if args.variants == "tls" else MARCH_VARIANTS)
     env = {**os.environ, "AHMC_STAN_CACHE": args.cache}
     rows = []
     for name in args.models.split(","):
-        times = {v: [] for v in VARIANTS}
+        times = {v: [] for v in variants}
         grads = {}
         for _ in range(args.rounds):  # in turns, so that load changes hit all alike
-            for v in VARIANTS:
+            for v in variants:
                 out = subprocess.run([sys.executable, __file__, "--child", v, name],
                                      env=env, capture_output=True, text=True)
                 if out.returncode:
@@ -98,20 +111,22 @@ def main(argv=None) -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 times[v] += r["us"]
                 grads[v] = r["grads"]
-        same = all(g == grads["global-dynamic"] for g in grads.values())
+        same = all(g == grads[variants[0]] for g in grads.values())
         med = {v: sorted(t)[len(t) // 2] for v, t in times.items()}
-        nuts = nuts_us_per_step(name)
+        nuts = float("nan") if args.no_nuts else nuts_us_per_step(name)
         rows.append((name, med, same, nuts))
         print(f"{name}: " + ", ".join(f"{v} {m:.3g} µs" for v, m in med.items())
               + f"; identical gradients: {same}; CmdStan NUTS {nuts:.3g} µs per leapfrog step",
               flush=True)
-    print("\n| model | global-dynamic µs | TLS descriptors µs | no STAN_THREADS µs | "
-          "speed-up of descriptors | identical gradients | CmdStan NUTS µs per step |")
-    print("|---|---:|---:|---:|---:|---|---:|")
+    first = variants[0]
+    print("\n| model | " + " | ".join(f"{v} µs" for v in variants) + " | "
+          + " | ".join(f"{first} ÷ {v}" for v in variants[1:])
+          + " | identical gradients | CmdStan NUTS µs per step |")
+    print("|---|" + "---:|" * (2 * len(variants) - 1) + "---|---:|")
     for name, med, same, nuts in rows:
-        gd, td, nt = med["global-dynamic"], med["TLS descriptors"], med["no STAN_THREADS"]
-        print(f"| {name} | {gd:.3g} | {td:.3g} | {nt:.3g} | {gd / td:.2f}× | "
-              f"{'yes' if same else 'NO'} | {nuts:.3g} |")
+        print(f"| {name} | " + " | ".join(f"{med[v]:.3g}" for v in variants) + " | "
+              + " | ".join(f"{med[first] / med[v]:.2f}×" for v in variants[1:])
+              + f" | {'yes' if same else 'NO'} | {nuts:.3g} |")
 
 
 if __name__ == "__main__":
