@@ -166,7 +166,8 @@ def test_hmc_moments_100d_scales(neal100):
                           progress=False, num_steps=20, step_size_jitter=0.1)
     assert_moments(fit.params, np.zeros(100), SDS_100)
     assert (fit.sampler_stats["n_grad"] == 20).all()
-    ratio = fit.sampler_stats["step_size"] / np.median(fit.sampler_stats["step_size"])
+    step = fit.sampler_stats["step_size"]  # each chain jitters around its own adapted ε
+    ratio = step / np.median(step, axis=1, keepdims=True)
     assert 0.89 < ratio.min() < 0.92 and 1.08 < ratio.max() < 1.11
 
 
