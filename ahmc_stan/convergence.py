@@ -58,9 +58,9 @@ Checks and their thresholds (module constants):
   :data:`~ahmc_stan.tuning.windows.NONGAUSSIAN_MISFIT`), and these are the draws
   returned: the metric rerun in Stan's diagonal did not converge and mixed slower, was
   not run (a low E-BFMI, or the call chose the metric or turned the rerun off) or was
-  stopped.  Such chains can agree and all under-visit a
-  skewed or long tail (the zero-inflated regression's intercept: its sd z −8.5 at R-hat
-  1.002 with nothing else flagged).
+  stopped.  Such chains can agree and all under-visit a skewed or long tail (the
+  zero-inflated regression's intercept: its sd z −8.5 at R-hat 1.002 with nothing else
+  flagged).
 * ``incomplete``: the run was interrupted and the draws are a prefix.
 
 Each :class:`Problem` says whether it means the draws have **not converged**
@@ -69,8 +69,7 @@ not explored a tail, and their ESS overstates what they know: on GARCH the sds' 
 a root mean square of 1.8–2), and divergences in more than
 :data:`DIVERGENCE_UNCONVERGED_FRACTION` (1%) of the post-warmup iterations.  E-BFMI,
 max-steps, step-size spread, a slow chain, draws far from Gaussian, an incomplete run
-and rarer divergences are
-warnings that leave :attr:`Diagnosis.converged` true;
+and rarer divergences are warnings that leave :attr:`Diagnosis.converged` true;
 :func:`ahmc_stan.comparison.compare` ranks fits that have not converged last.
 
 ``tune_and_sample`` and ``run_nuts`` emit a :class:`ConvergenceWarning` with the report
@@ -87,9 +86,9 @@ from typing import Any
 
 import numpy as np
 
-from .tuning.windows import NONGAUSSIAN_MISFIT
 from .tuning.tail_rejection import (TAIL_FRACTION, TAIL_REJECTION_MIN, TAIL_REJECTION_RATIO,
                                     tail_rejections)
+from .tuning.windows import NONGAUSSIAN_MISFIT
 
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
            "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
@@ -139,12 +138,13 @@ class Problem:
 
     ``kind``: ``"rhat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"divergences"``,
     ``"stuck_chain"``, ``"slow_chain"``, ``"ebfmi"``, ``"max_steps"``,
-    ``"step_size_spread"``, ``"tail_rejection"``, ``"nongaussian"`` or ``"incomplete"``; ``message``: the
-    report's paragraph; ``columns``: the columns involved (worst first); ``chains``: the
-    chains involved (0-based indices into ``fit.draws``; messages count from 1, like
-    CmdStan); ``value``: the offending value (worst R-hat, smallest ESS, fraction divergent,
-    smallest E-BFMI, ...); ``threshold``: the rule's threshold; ``convergence``: True when
-    the problem means the draws have not converged (see the module docstring).
+    ``"step_size_spread"``, ``"tail_rejection"``, ``"nongaussian"`` or ``"incomplete"``;
+    ``message``: the report's paragraph; ``columns``: the columns involved (worst first);
+    ``chains``: the chains involved (0-based indices into ``fit.draws``; messages count
+    from 1, like CmdStan); ``value``: the offending value (worst R-hat, smallest ESS,
+    fraction divergent, smallest E-BFMI, the Gaussian misfit, ...); ``threshold``: the
+    rule's threshold; ``convergence``: True when the problem means the draws have not
+    converged (see the module docstring).
     """
 
     kind: str
