@@ -810,7 +810,9 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     or long-tailed direction, and its chains can agree while they under-visit that tail
     (README, "A rule for skewed tails").  The gradients are counted, and their seconds
     charged, in the fit's warmup; ``metadata["gaussian_misfit"]`` keeps the misfit and
-    that cost."""
+    that cost, and the diagnosis's ``nongaussian`` warning reads it when this fit's draws
+    are the ones returned.  Nothing is measured (``""``, no record) with no more draws
+    than the misfit's affine fit needs."""
     results = getattr(fit, "_chain_results", None)
     chains = fit.metadata.get("chains") or []
     if not results or not any(isinstance(c.get("inv_metric"), Mapping) for c in chains):
@@ -823,9 +825,9 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     if len(x) <= x.shape[1] + 2:
         return ""  # too few draws for the misfit's affine fit
     g, have = np.empty_like(x), np.zeros(len(x), dtype=bool)
-    quarter = have.copy()
+    every_draw, quarter = np.ones_like(have), np.zeros_like(have)
     quarter[::4] = True
-    stages = (quarter, np.ones_like(have)) if quarter.sum() > x.shape[1] + 2 else (~have,)
+    stages = (quarter, every_draw) if quarter.sum() > x.shape[1] + 2 else (every_draw,)
     start = time.perf_counter()
     for done in stages:  # a quarter first (enough draws for it), the rest unless clear
         for i in np.flatnonzero(done & ~have):
