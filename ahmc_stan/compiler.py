@@ -6,7 +6,8 @@ has three parts:
 
 1. once per toolchain: a precompiled header of the Stan headers (``<cache>/pch-<key>``)
    and the object file of our C layer, ``csrc/ahmc_bridge.cpp`` (``<cache>/bridge-<key>``);
-2. per model: ``stanc`` → C++ with ``csrc/ahmc_second_order.hpp`` (autodiff Hessians,
+2. per model: ``stanc`` (at ``--O1``, :data:`DEFAULT_STANC_OPT`, unless ``stanc_args``
+   choose a level) → C++ with ``csrc/ahmc_second_order.hpp`` (autodiff Hessians,
    ``fvar<var>``) and ``csrc/ahmc_third_order.hpp`` (third derivatives,
    ``fvar<fvar<var>>``) appended → one object file compiled against the precompiled
    header, in ``<cache>/models/<name>-<key>``.  Stan's ODE and algebraic solvers and 1-D
@@ -320,6 +321,19 @@ def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
     return json.loads(proc.stdout)
 
 
+#: stanc's optimisation level for a model whose ``stanc_args`` name none: ``--O1``, stanc's
+#: basic optimisations (the log density's value is unchanged; ``y ~ bernoulli_logit(alpha
+#: + X * beta)`` becomes the fused GLM function, vectors and matrices of parameters become
+#: structs of arrays).  Where its C++ does not compile, stanc's ``--O0`` output is built.
+DEFAULT_STANC_OPT = "--O1"
+
+
+def _stanc_args(stanc_args) -> list[str]:
+    """``stanc_args`` with :data:`DEFAULT_STANC_OPT` first unless they choose a level."""
+    args = list(stanc_args)
+    return args if any(a.startswith("--O") for a in args) else [DEFAULT_STANC_OPT, *args]
+
+
 #: The derivative snippets tried, most capable first: (appended files, what the build log
 #: says when this level is the one that compiled).
 _SNIPPET_LEVELS = (
@@ -377,9 +391,10 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         import bridgestan
 
         bridgestan.set_bridgestan_path(os.environ["BRIDGESTAN"])
-        return Path(bridgestan.compile_model(stan_file, stanc_args=list(stanc_args),
+        return Path(bridgestan.compile_model(stan_file, stanc_args=_stanc_args(stanc_args),
                                              make_args=["STAN_THREADS=true"]))
     tc = toolchain()
+    stanc_args = _stanc_args(stanc_args)
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)
     code_key = _sha256(tc.pch_key, " ".join(stanc_args), _SECOND_ORDER_SOURCE.read_bytes(),
@@ -403,7 +418,17 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         warnings = run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
                              list(stanc_args))
         log.write_text(warnings + "\n" if warnings else "")
-        _compile_with_snippets(tc, pch, tmp, log, stan_file.name)
+        try:
+            _compile_with_snippets(tc, pch, tmp, log, stan_file.name)
+        except CompileError:
+            if stanc_args[0] != DEFAULT_STANC_OPT:
+                raise
+            with open(log, "a") as fh:
+                fh.write(f"# stanc {DEFAULT_STANC_OPT}'s C++ did not compile (above); built "
+                         "from stanc --O0's instead.\n")
+            run_stanc(stan_file, tmp / "model.cpp", [stan_file.parent, *includes],
+                      ["--O0", *stanc_args[1:]])
+            _compile_with_snippets(tc, pch, tmp, log, stan_file.name)
         if verbose:
             print(f"compiled {stan_file.name} in {time.perf_counter() - start:.1f} s")
         return ["model.o"]

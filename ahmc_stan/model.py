@@ -67,7 +67,8 @@ class StanModel:
     stan_file : path to the ``.stan`` program.
     data : dict, path to a JSON data file, or JSON text (Stan's JSON conventions).
     seed : seed of the RNG used by the ``transformed data`` block.
-    stanc_args, include_paths : passed to stanc (part of the cache key).
+    stanc_args, include_paths : passed to stanc (part of the cache key); stanc runs at
+        ``--O1`` unless ``stanc_args`` choose another ``--O`` level.
     """
 
     def __init__(self, stan_file: str | os.PathLike, data: DataArg = None, *,

@@ -5,14 +5,16 @@ gradient of each model built with the default TLS access (global-dynamic: a call
 reference), with CmdStan NUTS's wall time per leapfrog step on the same model alongside.
 
     python benchmarks/bench_tls.py [--models sv,lgcp,pima,neal100] [--cache DIR]
-        [--variants tls | march] [--no-nuts]
+        [--variants tls | march | stanc] [--no-nuts]
 
 Each variant is built (once; ``--cache``, default ``benchmarks/.tls-cache``, keeps the
 builds, a few minutes the first time) and timed in its own process, in turns, five times
 each; the gradients of the TLS variants at the same points must agree to the last bit.
 ``--variants march`` times the compiler's flags as they are against the same with
 ``-march=x86-64-v3`` (AVX2, FMA) and ``-march=x86-64-v4`` (AVX-512), whose gradients
-round differently (README, "How models are built").
+round differently (README, "How models are built").  ``--variants stanc`` times the models
+translated by stanc at ``--O0`` against ``--O1`` (the default since stop 58), the C++
+flags as they are.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ MARCH_VARIANTS = {
     "x86-64-v3": lambda flags: flags + ["-march=x86-64-v3"],
     "x86-64-v4": lambda flags: flags + ["-march=x86-64-v4"],
 }
-VARIANTS = {**TLS_VARIANTS, **MARCH_VARIANTS}
+#: stanc's optimisation level (``compiler.DEFAULT_STANC_OPT``), the C++ flags unchanged.
+STANC_VARIANTS = {"stanc --O0": "--O0", "stanc --O1": "--O1"}
+VARIANTS = {**TLS_VARIANTS, **MARCH_VARIANTS,
+            **{v: (lambda flags: flags) for v in STANC_VARIANTS}}
 
 
 def measure(variant: str, name: str, repeats: int) -> dict:
@@ -48,6 +53,7 @@ def measure(variant: str, name: str, repeats: int) -> dict:
     from ahmc_stan import compiler
 
     compiler._CXXFLAGS = VARIANTS[variant](list(compiler._CXXFLAGS))
+    compiler.DEFAULT_STANC_OPT = STANC_VARIANTS.get(variant, compiler.DEFAULT_STANC_OPT)
     compiler.toolchain.cache_clear()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_samplers import load
@@ -89,14 +95,15 @@ def main(argv=None) -> None:
     ap.add_argument("--models", default="sv,lgcp,pima,neal100")
     ap.add_argument("--cache", default=str(ROOT / "benchmarks" / ".tls-cache"))
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--variants", choices=("tls", "march"), default="tls")
+    ap.add_argument("--variants", choices=("tls", "march", "stanc"), default="tls")
     ap.add_argument("--no-nuts", action="store_true", help="skip CmdStan NUTS's timing")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.child[0], args.child[1], 1)))
         return
-    variants = list(TLS_VARIANTS if args.variants == "tls" else MARCH_VARIANTS)
+    variants = list({"tls": TLS_VARIANTS, "march": MARCH_VARIANTS,
+                     "stanc": STANC_VARIANTS}[args.variants])
     env = {**os.environ, "AHMC_STAN_CACHE": args.cache}
     rows = []
     for name in args.models.split(","):

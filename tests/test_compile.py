@@ -183,3 +183,71 @@ def stan_cache_dir(libs):
     from pathlib import Path
 
     return Path(next(iter(libs)).split(" ", 1)[1]).parent
+
+
+def _glm_model(tmp_path):
+    """A logistic regression written as stanc --O1 rewrites it: ``bernoulli_logit(alpha +
+    X * beta)`` becomes the fused GLM function and ``beta`` a struct of arrays."""
+    stan = tmp_path / "glm.stan"
+    stan.write_text(f"// {uuid.uuid4()}\n" + textwrap.dedent("""\
+        data { int N; int K; matrix[N, K] X; array[N] int<lower=0, upper=1> y; }
+        parameters { real alpha; vector[K] beta; }
+        model {
+          alpha ~ normal(0, 5);
+          beta ~ normal(0, 2.5);
+          y ~ bernoulli_logit(alpha + X * beta);
+        }
+        """))
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4))
+    y = (rng.uniform(size=60) < 1 / (1 + np.exp(-X @ [1.0, -0.5, 0.2, 0.0]))).astype(int)
+    return stan, {"N": 60, "K": 4, "X": X, "y": y}
+
+
+def test_models_are_translated_at_stanc_o1_with_the_same_density(tmp_path):
+    """By default stanc optimises (--O1); the density and gradient are those of its --O0
+    translation, which ``stanc_args`` can still ask for."""
+    import numpy as np
+
+    stan, data = _glm_model(tmp_path)
+    default = StanModel(stan, data)
+    plain = StanModel(stan, data, stanc_args=["--O0"])
+    cpp = lambda m: (m.lib_path.parent.parent / "model.cpp").read_text()  # noqa: E731
+    assert "bernoulli_logit_glm_lpmf" in cpp(default)
+    assert "bernoulli_logit_glm_lpmf" not in cpp(plain)
+    assert default.hessian_method == plain.hessian_method == "autodiff"
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.normal(size=5)
+        lp0, g0 = plain.log_density_gradient(x)
+        lp1, g1 = default.log_density_gradient(x)
+        assert lp1 == pytest.approx(lp0, rel=1e-12, abs=1e-12)
+        np.testing.assert_allclose(g1, g0, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(default.log_density_hessian(x)[2],
+                                   plain.log_density_hessian(x)[2], rtol=1e-9, atol=1e-12)
+
+
+def test_o1_cpp_that_does_not_compile_is_built_from_o0(tmp_path, monkeypatch):
+    """Where stanc --O1's C++ does not compile (here made so), the model is built from
+    --O0's, and its build log says so."""
+    from ahmc_stan import compiler
+
+    real_stanc = compiler.run_stanc
+
+    def stanc(stan_file, out_cpp, include_paths, stanc_args=()):
+        warnings = real_stanc(stan_file, out_cpp, include_paths, stanc_args)
+        if "--O1" in stanc_args:
+            out_cpp.write_text("#error what an O1 miscompile would look like\n"
+                               + out_cpp.read_text())
+        return warnings
+
+    monkeypatch.setattr(compiler, "run_stanc", stanc)
+    stan = _fresh_model(tmp_path, "o1_broken")
+    model = StanModel(stan)
+    assert model.log_density([1.0]) == pytest.approx(0.0)
+    assert "built from stanc --O0's instead" in model.build_log.read_text()
+    cpp = (model.lib_path.parent.parent / "model.cpp").read_text()
+    flags = next(line for line in cpp.splitlines() if "stancflags = " in line)
+    assert "--O0" in flags and "--O1" not in flags
