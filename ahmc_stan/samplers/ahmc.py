@@ -301,9 +301,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     step size is too large for that tail, and the tuner's reward, a mean over the draws,
     does not see it: up to a quarter of the tuning
     phase (at most half of what is left of it) then adapts ε* again at ``adapt_delta``
-    :data:`TAIL_ADAPT_DELTA` with the metric fixed, and a new tuner runs the rest of the
-    phase and sampling in the box with ε in [ε*/4, ε*] (no longer up to 1.5 ε*); no
-    further test.  The fit's ``metadata["chains"][c]["tail_check"]`` logs it (``None``
+    :data:`TAIL_ADAPT_DELTA` with the metric fixed (kept at most the first ε*), and a new
+    tuner runs the rest of the phase and sampling in the box with ε in [ε*/4, ε*] (no
+    longer up to 1.5 ε*); no further test.  The fit's ``metadata["chains"][c]["tail_check"]`` logs it (``None``
     when nothing was found).  Without it such a fit fails the diagnosis's
     tail-rejection check and :func:`~ahmc_stan.sampling.tune_and_sample` runs it again
     (``metric_rerun``), at about twice the cost.
@@ -386,18 +386,21 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
         def retune(n_adapt):  # the tail check's: ε* again at TAIL_ADAPT_DELTA, a new tuner
             nonlocal state, box, options, tuner, run_block
             first = tuner
-            state, _, eps_tail = _scale_phase(
+            state, _, eps_adapted = _scale_phase(
                 kernel, rng, kernel.init(rec.positions[rec.n - 1]), n_adapt, inv_metric,
                 rec, max_num_steps, None, TAIL_ADAPT_DELTA, progress,
                 call_iterations=call_iterations(warmup, draws),
                 call_grads=options.max_call_steps, path_length=scale_path_length, phase=1)
+            # A tail that rejects asks for smaller steps: never above the first ε*, which
+            # a short dual averaging at the higher target can overshoot.
+            eps_tail = min(eps_adapted, eps_ref)
             box = default_box(eps_tail, max_num_steps, min_num_steps, high=1.0)
             options = replace(options, k=max(1, (warmup - rec.n) // options.block_size))
             tuner = options.make_tuner(box, rng, _initial_gamma(eps_tail, box),
                                        getattr(model, "density", None))
             run_block = make_blocks(kernel, rng, state, inv_metric, rec)
             return {"adapt_delta": TAIL_ADAPT_DELTA, "iterations": n_adapt,
-                    "reference_step_size": [eps_ref, eps_tail],
+                    "reference_step_size": [eps_ref, eps_tail], "adapted": eps_adapted,
                     "box_before": [(d.name, d.low, d.high, d.integer) for d in first.box.dims],
                     "tuner_seconds_before": first.seconds}
 
