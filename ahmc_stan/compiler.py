@@ -322,9 +322,11 @@ def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
 
 
 #: stanc's optimisation level for a model whose ``stanc_args`` name none: ``--O1``, stanc's
-#: basic optimisations (the log density's value is unchanged; ``y ~ bernoulli_logit(alpha
-#: + X * beta)`` becomes the fused GLM function, vectors and matrices of parameters become
-#: structs of arrays).  Where its C++ does not compile, stanc's ``--O0`` output is built.
+#: basic optimisations (``y ~ bernoulli_logit(alpha + X * beta)`` becomes the fused GLM
+#: function, vectors and matrices of parameters become structs of arrays).  The density is
+#: the same to rounding; where a GLM is fused, the log density without constants (``lp__``)
+#: can differ from ``--O0``'s by a constant.  Where its C++ does not compile, stanc's
+#: ``--O0`` output is built.
 DEFAULT_STANC_OPT = "--O1"
 
 
@@ -394,6 +396,7 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         return Path(bridgestan.compile_model(stan_file, stanc_args=_stanc_args(stanc_args),
                                              make_args=["STAN_THREADS=true"]))
     tc = toolchain()
+    defaulted = not any(a.startswith("--O") for a in stanc_args)  # the level is ours
     stanc_args = _stanc_args(stanc_args)
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)
@@ -421,7 +424,7 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         try:
             _compile_with_snippets(tc, pch, tmp, log, stan_file.name)
         except CompileError:
-            if stanc_args[0] != DEFAULT_STANC_OPT:
+            if not defaulted:
                 raise
             with open(log, "a") as fh:
                 fh.write(f"# stanc {DEFAULT_STANC_OPT}'s C++ did not compile (above); built "
