@@ -330,10 +330,15 @@ def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
 DEFAULT_STANC_OPT = "--O1"
 
 
+def _chooses_level(stanc_args) -> bool:
+    """Whether ``stanc_args`` name an optimisation level (``--O0``, ``--O1``, ...)."""
+    return any(a.startswith("--O") for a in stanc_args)
+
+
 def _stanc_args(stanc_args) -> list[str]:
     """``stanc_args`` with :data:`DEFAULT_STANC_OPT` first unless they choose a level."""
     args = list(stanc_args)
-    return args if any(a.startswith("--O") for a in args) else [DEFAULT_STANC_OPT, *args]
+    return args if _chooses_level(args) else [DEFAULT_STANC_OPT, *args]
 
 
 #: The derivative snippets tried, most capable first: (appended files, what the build log
@@ -396,7 +401,7 @@ def compile_model(stan_file: str | os.PathLike, *, stanc_args: list[str] = (),
         return Path(bridgestan.compile_model(stan_file, stanc_args=_stanc_args(stanc_args),
                                              make_args=["STAN_THREADS=true"]))
     tc = toolchain()
-    defaulted = not any(a.startswith("--O") for a in stanc_args)  # the level is ours
+    defaulted = not _chooses_level(stanc_args)  # the level is ours
     stanc_args = _stanc_args(stanc_args)
     includes = [Path(p).resolve() for p in include_paths]
     sources = _stan_sources(stan_file, includes)

@@ -239,7 +239,8 @@ def test_o1_cpp_that_does_not_compile_is_built_from_o0(tmp_path, monkeypatch):
     def stanc(stan_file, out_cpp, include_paths, stanc_args=()):
         warnings = real_stanc(stan_file, out_cpp, include_paths, stanc_args)
         if "--O1" in stanc_args:
-            out_cpp.write_text("#error what an O1 miscompile would look like\n"
+            # a fatal error at once (an #error would let g++ compile the rest)
+            out_cpp.write_text('#include "no_such_header_from_stanc_o1.hpp"\n'
                                + out_cpp.read_text())
         return warnings
 

@@ -304,9 +304,10 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     :data:`TAIL_ADAPT_DELTA` with the metric fixed (kept at most the first ε*), and a new
     tuner runs the rest of the phase and sampling in the box with ε in [ε*/4, ε*] (no
     longer up to 1.5 ε*); no further test.  The fit's
-    ``metadata["chains"][c]["tail_check"]`` logs it (``None`` when nothing was found).  Without it such a fit fails the diagnosis's
-    tail-rejection check and :func:`~ahmc_stan.sampling.tune_and_sample` runs it again
-    (``metric_rerun``), at about twice the cost.
+    ``metadata["chains"][c]["tail_check"]`` logs it (``None`` when nothing was found).
+    Without it such a fit fails the diagnosis's tail-rejection check and
+    :func:`~ahmc_stan.sampling.tune_and_sample` runs it again (``metric_rerun``), at about
+    twice the cost.
 
     ``pool_windows`` (given by :func:`~ahmc_stan.sampling.tune_and_sample` as this chain's
     :class:`~ahmc_stan.tuning.window_pool.PoolMember` when called with
