@@ -193,7 +193,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
               scale_fraction: float | None = None, max_num_steps: int = 1000,
               callback: Callable | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
               detect_stuck: bool = True, adapt_delta: float = 0.8, min_num_steps: int = 2,
-              scale_path_length: float = 2.0, **tuning) -> ChainResult:
+              max_step_ratio: float = 1.5, scale_path_length: float = 2.0,
+              **tuning) -> ChainResult:
     """One AHMC chain: ``warmup`` tuning iterations, then ``draws`` kept iterations.
 
     ``metric`` (default ``"auto"``: ``"low_rank"`` where the scale phase's last window has
@@ -213,7 +214,8 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     ``callback(recorder)`` runs after every block.  ``adapt_delta`` (Stan's name, default
     0.8) is the acceptance statistic the scale phase's dual averaging aims at: it sets ε*
     and so the box [ε*/4, 1.5ε*], within which the tuner then picks ε by its reward;
-    ``min_num_steps`` (default 2) is the lower end of L in that box (module docstring).
+    ``min_num_steps`` (default 2) is the lower end of L in that box (module docstring),
+    ``max_step_ratio`` (default 1.5) the top of its ε over ε*.
     ``scale_path_length`` (default 2) is the scale phase's bound on the path length εL,
     so its paths average about one unit of the adapted metric
     (``comparisons/ahmc_settings.py`` measures other values).
@@ -236,6 +238,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
                            max_num_steps=max_num_steps, callback=callback,
                            max_restarts=max_restarts, detect_stuck=detect_stuck,
                            adapt_delta=adapt_delta, min_num_steps=min_num_steps,
+                           max_step_ratio=max_step_ratio,
                            scale_path_length=scale_path_length, **tuning)
 
 
@@ -269,8 +272,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     callback: Callable | None = None, kernel=None,
                     max_restarts: int = DEFAULT_MAX_RESTARTS, detect_stuck: bool = True,
                     adapt_delta: float = 0.8, grad_init: bool = False,
-                    min_num_steps: int = 1, scale_path_length: float = 2.0,
-                    tail_check: bool = True, pool_windows=None, **tuning) -> ChainResult:
+                    min_num_steps: int = 1, max_step_ratio: float = 1.5,
+                    scale_path_length: float = 2.0, tail_check: bool = True,
+                    pool_windows=None, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -284,8 +288,9 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     ``adapt_delta`` its target acceptance statistic (:func:`run_chain`).  ``grad_init``
     (``metric="fisher"`` or ``"low_rank"``): the scale phase's first window runs in the
     diagonal inverse metric ``1/|∇ log p(x₀)|`` of the initial point instead of the
-    identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`).  ``min_num_steps``: the
-    lower end of L in the default box (:func:`default_box`).  ``scale_path_length``: the
+    identity (:func:`~ahmc_stan.tuning.hmc_warmup.gradient_init`).  ``min_num_steps``,
+    ``max_step_ratio``: the lower end of L and the top of ε over ε* in the default box
+    (:func:`default_box`).  ``scale_path_length``: the
     scale phase's path length εL (``L_r ~ U{1..L}``, so about half of it on average) in
     the metric's units (:func:`run_chain`).
 
@@ -365,7 +370,8 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
             notes["metric_fallback"] = fell_back
         progress(rec.n)
         box_given = box is not None
-        box = default_box(eps_ref, max_num_steps, min_num_steps) if box is None else as_box(box)
+        box = (default_box(eps_ref, max_num_steps, min_num_steps, high=max_step_ratio)
+               if box is None else as_box(box))
         tuner = options.make_tuner(box, rng, _initial_gamma(eps_ref, box),
                                    getattr(model, "density", None))
         run_block = make_blocks(kernel, rng, state, inv_metric, rec)

@@ -358,6 +358,54 @@ def funnel_analytic(data: dict) -> dict:
     return out
 
 
+def puromycin() -> dict:
+    """R ``Puromycin`` (23 rates): reaction rate (counts/min²) against substrate
+    concentration (ppm), cells treated with puromycin (state 1) or not (2)."""
+    df = _rd("datasets", "Puromycin")
+    return {"N": len(df), "conc": df["conc"].astype(float).tolist(),
+            "state": [1 if s == "treated" else 2 for s in df["state"]],
+            "rate": df["rate"].astype(float).tolist()}
+
+
+def mcycle() -> dict:
+    """MASS ``mcycle`` (133): head acceleration, standardised, against time after impact
+    in units of 10 ms."""
+    df = _rd("MASS", "mcycle")
+    y = df["accel"].to_numpy(float)
+    return {"N": len(df), "x": (df["times"].to_numpy(float) / 10).tolist(),
+            "y": ((y - y.mean()) / y.std()).tolist()}
+
+
+def gasoline_yield() -> dict:
+    """betareg ``GasolineYield`` (32): yield ~ batch (10 levels, treatment coding) +
+    temperature (standardised)."""
+    df = _rd("betareg", "GasolineYield")
+    X = np.column_stack([_dummies(df["batch"], sorted(df["batch"].unique())),
+                         _standardise(df[["temp"]].to_numpy())])
+    return {"N": len(df), "K": X.shape[1], "X": X.tolist(),
+            "y": df["yield"].astype(float).tolist()}
+
+
+def iris_species() -> dict:
+    """R ``iris`` (150): species (setosa, versicolor, virginica) from the four
+    measurements, standardised."""
+    df = _rd("datasets", "iris")
+    X = _standardise(df[["Sepal.Length", "Sepal.Width", "Petal.Length",
+                         "Petal.Width"]].to_numpy())
+    levels = ["setosa", "versicolor", "virginica"]
+    return {"N": len(df), "D": 4, "C": 3, "X": X.tolist(),
+            "y": [levels.index(s) + 1 for s in df["Species"]]}
+
+
+def cbpp() -> dict:
+    """lme4 ``cbpp`` (56 herd-periods): new cases of the disease among a herd's cattle."""
+    df = _rd("lme4", "cbpp")
+    return {"N": len(df), "H": int(df["herd"].max()), "P": int(df["period"].max()),
+            "herd": df["herd"].astype(int).tolist(), "period": df["period"].astype(int).tolist(),
+            "size": df["size"].astype(int).tolist(),
+            "incidence": df["incidence"].astype(int).tolist()}
+
+
 # ---- the suite ---------------------------------------------------------------------------
 
 MODELS: list[SuiteModel] = [
@@ -437,6 +485,20 @@ MODELS: list[SuiteModel] = [
                notes="adapt_delta 0.99: at 0.95 the reference had 476 divergences in 10^5"),
     SuiteModel("irt_2pl", "2PL item response, 420 parameters",
                "psych bfi, 400 people x 10 items", bfi_items,
+               tags=("hierarchical", "glm", "unseen")),
+    # Added 2026-11-29, the same way (the defaults settled before), with geometries the
+    # suite lacked: a curved nonlinear ridge, GP hyperparameters, a beta likelihood with
+    # its precision, separation in a multinomial logit, a binomial GLMM.
+    SuiteModel("puromycin_mm", "nonlinear regression: Michaelis-Menten (curved ridge)",
+               "R Puromycin (23)", puromycin, tags=("nonlinear", "unseen")),
+    SuiteModel("gp_mcycle", "GP regression hyperparameters (marginal likelihood)",
+               "MASS mcycle (133)", mcycle, tags=("gp", "unseen")),
+    SuiteModel("beta_regression", "GLM: beta regression with precision",
+               "betareg GasolineYield (32)", gasoline_yield, tags=("glm", "unseen")),
+    SuiteModel("multilogit_iris", "multinomial logit, one class separable",
+               "R iris (150 x 4)", iris_species, tags=("glm", "pathological", "unseen")),
+    SuiteModel("cbpp_glmm", "binomial GLMM, herd effects non-centred",
+               "lme4 cbpp (56 herd-periods, 15 herds)", cbpp,
                tags=("hierarchical", "glm", "unseen")),
 ]
 
