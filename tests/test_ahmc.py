@@ -234,6 +234,7 @@ def test_ahmc_leaves_a_single_leapfrog_step_out_of_its_box(mvn_model):
         steps = [row["gamma_num_steps"] for row in chain["tuning_history"]]
         assert min(steps) >= low
 
+
 def test_max_step_ratio_is_the_top_of_the_box(mvn_model):
     """``max_step_ratio`` (default 1.5) sets the box's largest ε over ε*, and the tuner
     never steps past it."""
@@ -244,7 +245,6 @@ def test_max_step_ratio_is_the_top_of_the_box(mvn_model):
         (_, low, high, _), eps_ref = chain["box"][0], chain["reference_step_size"]
         assert high == pytest.approx(ratio * eps_ref) and low == pytest.approx(eps_ref / 4)
         assert max(fit.sampler_stats["step_size"][0]) <= high * (1 + 1e-12)
-
 
 
 def test_scale_path_length_bounds_the_scale_phase_paths(mvn_model):

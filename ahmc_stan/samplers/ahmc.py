@@ -26,7 +26,8 @@ One chain runs in two warmup phases and a sampling phase:
    with vanishing probability p_i of moving; ``adapt_during_sampling=False`` freezes it at
    its current γ.
 
-Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] and L ∈ {2..L_max} with
+Default box (when ``box`` is not given): ε ∈ [ε*/4, 1.5 ε*] (the top set by
+``max_step_ratio``) and L ∈ {2..L_max} with
 ``L_max = clip(ceil(2π/ε*), 10, max_num_steps)``, so that the mean path ``εL/2`` can reach
 half a period (π) of a unit-scale Gaussian direction at the reference step size.  L = 1,
 a single leapfrog step (MALA), is left out (``min_num_steps=1`` lets it in): the reward
