@@ -4,12 +4,14 @@ over seeds and ratios to the first setting, how many runs have an R-hat above 1.
 many were extended (``tune_and_sample``'s ``extend``: twice the draws, so the warmup's
 share falls; ``extend=false`` in a setting compares the warmups alone).
 
-    python comparisons/ahmc_settings.py --settings "warmup=1000" \\
-        "warmup=700,scale_fraction=0.7143" [--models gauss2d,neal100,...] [--seeds 1,2,3]
+    python comparisons/ahmc_settings.py --settings "warmup=null" \\
+        "warmup=1000,scale_fraction=0.5" [--models gauss2d,neal100,...] [--seeds 1,2,3]
         [--chains 4] [--draws 1000]
 
 A setting is ``key=value`` pairs (values read as JSON, else strings) passed to
-``tune_and_sample`` (``warmup``, ``scale_fraction``, ``metric``, ...).  Models are those of
+``tune_and_sample`` (``warmup``, ``scale_fraction``, ``metric``, ...); without ``warmup``
+(or with ``warmup=null``) AHMC runs its own default, sized to the model (the previous
+default, 1000 split in halves, is ``warmup=1000,scale_fraction=0.5``).  Models are those of
 ``comparisons/nuts_peers.py`` (the suite's and the two uncentred regressions).  No NUTS
 runs here: ``nuts_peers.py`` compares with it.  Prints a Markdown table.
 """
@@ -42,7 +44,7 @@ def parse_setting(text: str) -> dict:
 
 
 def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
-    options = {"warmup": 1000, "draws": draws, **setting}
+    options = {"warmup": None, "draws": draws, **setting}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = ahmc_stan.tune_and_sample(model, chains=chains, seed=seed, progress=False,
@@ -52,7 +54,7 @@ def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
     extended = bool((fit.metadata.get("extension") or {}).get("extended"))
     return {"per_grad": e["min_ess_per_grad_total"], "per_s": e["min_ess_per_s_total"],
             "rhat": e["max_rhat"], "warmup_share": e["n_grad_equiv_warmup"] / grads,
-            "extended": float(extended)}
+            "extended": float(extended), "rerun": float(bool(fit.metadata.get("metric_rerun")))}
 
 
 def main(argv=None) -> None:
@@ -68,12 +70,13 @@ def main(argv=None) -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     print("| model | " + " | ".join(args.settings) + " |")
     print("|---|" + "---:|" * len(settings))
-    ratios = [[] for _ in settings]
+    ratios, every_run = [[] for _ in settings], []
     for name in args.models.split(","):
         model = load(name)
         cells, base = [], None
         for j, setting in enumerate(settings):
             runs = [run(model, setting, seed, args.chains, args.draws) for seed in seeds]
+            every_run += [(name, args.settings[j], seed, r) for seed, r in zip(seeds, runs)]
             med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
             base = base or med
             ratios[j].append(med["per_grad"] / base["per_grad"])
@@ -89,6 +92,12 @@ def main(argv=None) -> None:
           "/ worst R-hat (runs above 1.01) / warmup's share of gradients / runs extended "
           "(twice the draws, over which the warmup is then spread; `extend=false` leaves "
           "them out); medians over seeds " + args.seeds)
+    print("\nEach run: model / setting / seed: min ESS per gradient, R-hat, warmup's share, "
+          "extended, metric rerun")
+    for name, setting, seed, r in every_run:
+        print(f"- {name} / {setting} / {seed}: {r['per_grad']:.3g}, {r['rhat']:.3f}, "
+              f"{r['warmup_share']:.2f}, {'yes' if r['extended'] else 'no'}, "
+              f"{'yes' if r['rerun'] else 'no'}")
 
 
 if __name__ == "__main__":

@@ -36,9 +36,12 @@ def test_exact_for_a_diagonal_gaussian_from_few_draws():
 def test_ahmc_fisher_on_an_ill_scaled_diagonal_gaussian(gauss100):
     """Neal's 100-d Gaussian (sds 0.01 … 1): the adapted metric is the true variances
     (up to Stan's regularisation) and the moments are right within MCSE."""
+    from ahmc_stan.samplers.ahmc import default_scale_fraction
+
     fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=1500, seed=4,
                           metric="fisher", progress=False)
-    n_last = np.diff(adaptation_windows(500)[-1])[0]
+    n_scale = round(default_scale_fraction(100) * 1000)  # 833: the tuning phase is 167
+    n_last = np.diff(adaptation_windows(n_scale)[-1])[0]
     for inv_metric in fit.inv_metric:
         np.testing.assert_allclose(unregularized(inv_metric, n_last), SDS_100**2,
                                    rtol=1e-8)
