@@ -107,7 +107,7 @@ STAN_WARMUP = 1000
 def default_warmup(sampler: str, dims: int, options: Mapping[str, Any]) -> int:
     """The warmup iterations ``tune_and_sample`` runs when not given: AHMC's
     :func:`~ahmc_stan.samplers.ahmc.default_warmup` (500 + a tuning phase sized to the
-    model's ``dims`` parameters: 1000 up to 12 parameters, 600 from 50 on) unless its
+    model's ``dims`` parameters: 1000 up to 12 parameters, 700 from 25 on) unless its
     ``options`` fix the phases' split (``scale_fraction``) or adapt no metric
     (``metric="identity"`` or an array); :data:`STAN_WARMUP` otherwise."""
     metric = options.get("metric", "auto")
@@ -513,7 +513,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
     kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`), and for AHMC to
-    :func:`default_warmup` (1000 up to 12 parameters, down to 600 from 50 on: its tuning
+    :func:`default_warmup` (1000 up to 12 parameters, down to 700 from 25 on: its tuning
     phase sized to the model).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped

@@ -21,7 +21,7 @@ in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default 
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
 warmup iterations instead (AHMC's ``ahmc_stan.sampling.default_warmup``, sized to the
-model: 1000 up to 12 parameters, 600 from 50 on; CmdStan's 1000,
+model: 1000 up to 12 parameters, 700 from 25 on; CmdStan's 1000,
 nutpie's own).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;

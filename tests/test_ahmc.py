@@ -249,14 +249,14 @@ def test_max_step_ratio_is_the_top_of_the_box(mvn_model):
 
 def test_tuning_phase_sized_to_the_model(gauss100):
     """At the default warmup the scale phase is 500 iterations and the tuning phase k
-    blocks of clip(⌈50/d⌉, 1, 5): 100 on Neal's 100-d Gaussian, so the warmup is 600;
+    blocks of clip(⌈50/d⌉, 2, 5): 200 on Neal's 100-d Gaussian, so the warmup is 700;
     ``scale_fraction`` still splits a given warmup as it says."""
     kw = dict(chains=1, draws=100, seed=3, progress=False, diagnose=False,
               metric_rerun=False, extend=False)
     fit = tune_and_sample(gauss100, **kw)
     phase = fit.warmup_sampler_stats["phase"][0]
-    assert fit.metadata["warmup"] == 600
-    assert (phase == 0).sum() == 500 and (phase == 1).sum() == 100
+    assert fit.metadata["warmup"] == 700
+    assert (phase == 0).sum() == 500 and (phase == 1).sum() == 200
     halves = tune_and_sample(gauss100, warmup=1000, scale_fraction=0.5, **kw)
     assert (halves.warmup_sampler_stats["phase"][0] == 1).sum() == 500
 
