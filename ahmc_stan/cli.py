@@ -132,8 +132,7 @@ def _parse_option(text: str):
 def _sample_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
     add_run_args(parser, warmup=None, warmup_help="warmup iterations per chain (default: "
-                 "CmdStan's 1000; AHMC's sized to the model, 700-1000: "
-                 "ahmc_stan.sampling.default_warmup)")
+                 "1000, CmdStan's, ahmc_stan.sampling.STAN_WARMUP)")
     parser.add_argument("--sampler", default="ahmc",
                         help="one of ahmc_stan.sampling.SAMPLERS (default ahmc)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",

@@ -47,12 +47,12 @@ def main() -> None:
 
     from .comparison import compare, to_markdown
     from .nuts import run_nuts
-    from .sampling import default_warmup, tune_and_sample
+    from .sampling import STAN_WARMUP, tune_and_sample
 
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo_output")
     out.mkdir(parents=True, exist_ok=True)
-    warmup = default_warmup("ahmc", model.dims, {})
-    print(f"\nAHMC (4 chains, its default warmup of {warmup} iterations + 1000 draws):")
+    print(f"\nAHMC (4 chains, its default warmup of {STAN_WARMUP} "
+          "iterations + 1000 draws):")
     ahmc = tune_and_sample(model, sampler="ahmc", chains=4, draws=1000, seed=1)
     print(ahmc.efficiency_line())
     print("\nCmdStan NUTS (same model, data and chains; its default 1000 warmup + 1000 "

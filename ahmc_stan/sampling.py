@@ -98,25 +98,9 @@ CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 
 
 #: Warmup iterations per chain when a call does not give ``warmup``: CmdStan's 1000, for
-#: every sampler but AHMC with a metric to adapt (:func:`default_warmup`; ``README.md``,
-#: "The default warmup": AHMC's shorter 500 on small models gained on regressions and
-#: lost, in bias and per gradient, on hierarchical models).
+#: every sampler (``README.md``, "The default warmup": AHMC's shorter 500 on small models
+#: gained on regressions and lost, in bias and per gradient, on hierarchical models).
 STAN_WARMUP = 1000
-
-
-def default_warmup(sampler: str, dims: int, options: Mapping[str, Any]) -> int:
-    """The warmup iterations ``tune_and_sample`` runs when not given: AHMC's
-    :func:`~ahmc_stan.samplers.ahmc.default_warmup` (500 + a tuning phase sized to the
-    model's ``dims`` parameters: 1000 up to 12 parameters, 700 from 25 on) unless its
-    ``options`` fix the phases' split (``scale_fraction``) or adapt no metric
-    (``metric="identity"`` or an array); :data:`STAN_WARMUP` otherwise."""
-    metric = options.get("metric", "auto")
-    if sampler != "ahmc" or "scale_fraction" in options or isinstance(metric, np.ndarray) \
-            or metric == "identity":
-        return STAN_WARMUP
-    from .samplers.ahmc import default_warmup as ahmc_warmup
-
-    return ahmc_warmup(dims, options.get("k", 100))
 
 
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
@@ -512,9 +496,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
-    kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`), and for AHMC to
-    :func:`default_warmup` (1000 up to 12 parameters, down to 700 from 25 on: its tuning
-    phase sized to the model).
+    kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`).
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
@@ -589,7 +571,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options, thin)
     inits, radius = _chain_inits(init, chains)
     if warmup is None:
-        warmup = default_warmup(sampler, model.dims, options)
+        warmup = STAN_WARMUP
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
@@ -1084,8 +1066,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
 def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fraction):
     """The :class:`~ahmc_stan.tuning.window_pool.WindowPool` of a call with
     ``pool_windows=True``, sized for the windows of a scale phase of ``scale_fraction``
-    (by default, at most the whole) of ``warmup``: its chains then run in a worker
-    process each, forked after it is made."""
+    (default a half) of ``warmup``: its chains then run in a worker process each, forked
+    after it is made."""
     from .tuning.windows import adaptation_windows
     from .tuning.window_pool import WindowPool
 
@@ -1093,9 +1075,7 @@ def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fra
         raise ValueError("pool_windows=True runs each chain in a forked worker process of "
                          f"its own: it needs parallel=None or True (not {parallel!r}) "
                          "and a POSIX system")
-    # without a scale_fraction, the longest the scale phase can be: the default's share
-    # depends on the model (a half or more for AHMC, a half for the others)
-    n_scale = int(round((1.0 if scale_fraction is None else scale_fraction) * warmup))
+    n_scale = int(round((0.5 if scale_fraction is None else scale_fraction) * warmup))
     longest = max([end - start for start, end in adaptation_windows(n_scale)], default=0)
     return WindowPool(chains, model.dims, max(longest, 1),
                       multiprocessing.get_context("fork"))

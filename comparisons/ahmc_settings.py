@@ -5,13 +5,12 @@ many were extended (``tune_and_sample``'s ``extend``: twice the draws, so the wa
 share falls; ``extend=false`` in a setting compares the warmups alone).
 
     python comparisons/ahmc_settings.py --settings "warmup=null" \\
-        "warmup=1000,scale_fraction=0.5" [--models gauss2d,neal100,...] [--seeds 1,2,3]
+        "warmup=700,scale_fraction=0.7143" [--models gauss2d,neal100,...] [--seeds 1,2,3]
         [--chains 4] [--draws 1000]
 
 A setting is ``key=value`` pairs (values read as JSON, else strings) passed to
 ``tune_and_sample`` (``warmup``, ``scale_fraction``, ``metric``, ...); without ``warmup``
-(or with ``warmup=null``) AHMC runs its own default, sized to the model (the previous
-default, 1000 split in halves, is ``warmup=1000,scale_fraction=0.5``).  Models are those of
+(or with ``warmup=null``) AHMC runs its own default.  Models are those of
 ``comparisons/nuts_peers.py`` (the suite's and the two uncentred regressions).  No NUTS
 runs here: ``nuts_peers.py`` compares with it.  Prints a Markdown table.
 """

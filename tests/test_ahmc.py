@@ -247,20 +247,6 @@ def test_max_step_ratio_is_the_top_of_the_box(mvn_model):
         assert max(fit.sampler_stats["step_size"][0]) <= high * (1 + 1e-12)
 
 
-def test_tuning_phase_sized_to_the_model(gauss100):
-    """At the default warmup the scale phase is 500 iterations and the tuning phase k
-    blocks of clip(⌈50/d⌉, 2, 5): 200 on Neal's 100-d Gaussian, so the warmup is 700;
-    ``scale_fraction`` still splits a given warmup as it says."""
-    kw = dict(chains=1, draws=100, seed=3, progress=False, diagnose=False,
-              metric_rerun=False, extend=False)
-    fit = tune_and_sample(gauss100, **kw)
-    phase = fit.warmup_sampler_stats["phase"][0]
-    assert fit.metadata["warmup"] == 700
-    assert (phase == 0).sum() == 500 and (phase == 1).sum() == 200
-    halves = tune_and_sample(gauss100, warmup=1000, scale_fraction=0.5, **kw)
-    assert (halves.warmup_sampler_stats["phase"][0] == 1).sum() == 500
-
-
 def test_scale_path_length_bounds_the_scale_phase_paths(mvn_model):
     """``scale_path_length`` is the scale phase's bound on εL: after the early cap (the
     first 75 iterations) each iteration's L is ``round(scale_path_length / ε)``, the ε of

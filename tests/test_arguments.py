@@ -227,18 +227,12 @@ def test_progress_bar_on_a_terminal_names_the_phase():
     assert "ahmc chain 2 (warmup)" in text and "ahmc chain 2 (sampling)" in text
 
 
-@pytest.mark.parametrize("sampler, dims, options, warmup", [
-    ("ahmc", 10, {}, 1000), ("ahmc", 12, {}, 1000), ("ahmc", 13, {}, 900),
-    ("ahmc", 17, {}, 800), ("ahmc", 24, {}, 800), ("ahmc", 25, {}, 700),
-    ("ahmc", 51, {}, 700), ("ahmc", 1000, {}, 700),
-    ("ahmc", 51, {"scale_fraction": 0.5}, 1000), ("ahmc", 51, {"metric": "identity"}, 1000),
-    ("ahmc", 51, {"k": 50}, 600), ("gadmala", 51, {}, 1000), ("ohmc", 51, {}, 1000),
-    ("ahmc", 10, {}, 7)])
-def test_warmup_defaults_to_cmdstans(monkeypatch, sampler, dims, options, warmup):
-    """Without ``warmup`` every sampler runs CmdStan's 1000 warmup iterations but AHMC,
-    whose tuning phase is sized to the model: 500 scale-phase iterations and k blocks of
-    clip(⌈50/d⌉, 2, 5) (README, "The default warmup"), unless its options fix the split
-    or adapt no metric; a given ``warmup`` is kept."""
+@pytest.mark.parametrize("sampler, dims, warmup", [
+    ("ahmc", 10, 1000), ("ahmc", 51, 1000), ("gadmala", 10, 1000), ("ohmc", 10, 1000),
+    ("ahmc", 10, 7)])
+def test_warmup_defaults_to_cmdstans(monkeypatch, sampler, dims, warmup):
+    """Without ``warmup`` every sampler, AHMC on small models too, runs CmdStan's 1000
+    warmup iterations (README, "The default warmup"); a given ``warmup`` is kept."""
     from ahmc_stan import sampling
 
     class Ran(Exception):
@@ -254,5 +248,5 @@ def test_warmup_defaults_to_cmdstans(monkeypatch, sampler, dims, options, warmup
     monkeypatch.setattr(sampling, "_run_chains", run_chains)
     given = {"warmup": warmup} if warmup == 7 else {}
     with pytest.raises(Ran) as ran:
-        tune_and_sample(Dims(dims), sampler, progress=False, **given, **options)
+        tune_and_sample(Dims(dims), sampler, progress=False, **given)
     assert ran.value.args[0] == warmup

@@ -36,12 +36,9 @@ def test_exact_for_a_diagonal_gaussian_from_few_draws():
 def test_ahmc_fisher_on_an_ill_scaled_diagonal_gaussian(gauss100):
     """Neal's 100-d Gaussian (sds 0.01 … 1): the adapted metric is the true variances
     (up to Stan's regularisation) and the moments are right within MCSE."""
-    from ahmc_stan.samplers.ahmc import default_scale_fraction
-
     fit = tune_and_sample(gauss100, chains=2, warmup=1000, draws=1500, seed=4,
                           metric="fisher", progress=False)
-    n_scale = round(default_scale_fraction(100) * 1000)  # 714: the tuning phase is 286
-    n_last = np.diff(adaptation_windows(n_scale)[-1])[0]
+    n_last = np.diff(adaptation_windows(500)[-1])[0]
     for inv_metric in fit.inv_metric:
         np.testing.assert_allclose(unregularized(inv_metric, n_last), SDS_100**2,
                                    rtol=1e-8)
@@ -78,14 +75,14 @@ def test_auto_metric_is_low_rank_only_with_as_many_draws_as_parameters(gauss100)
     from ahmc_stan.sampling import RERUN_STEPS, _fit_rerun_steps, _ran_gradient_metric
     from ahmc_stan.tuning.hmc_warmup import auto_metric
 
-    last = np.diff(adaptation_windows(500)[-1])[0]  # the default scale phase of 500
+    last = np.diff(adaptation_windows(500)[-1])[0]  # 1000 warmup: a scale phase of 500
     assert last == 200
     assert auto_metric(last, 500) == "low_rank" and auto_metric(last + 1, 500) == "diag"
     assert auto_metric(1003, 500) == "diag" and auto_metric(1003, 5000) == "low_rank"
     assert auto_metric(5, 10) == "low_rank"  # no window at all: nothing is estimated
-    # warmup 200 in halves: a scale phase of 100, whose one window (15, 90) has 75 draws
+    # warmup 200: a scale phase of 100, whose one window (15, 90) has 75 draws < 100
     fit = tune_and_sample(gauss100, chains=2, warmup=200, draws=200, seed=2, progress=False,
-                          diagnose=False, scale_fraction=0.5)
+                          diagnose=False)
     assert [c["metric"] for c in fit.metadata["chains"]] == ["diag", "diag"]
     assert all(np.ndim(m) == 1 for m in fit.inv_metric)
     assert not _ran_gradient_metric(fit)

@@ -12,10 +12,7 @@ One chain runs in two warmup phases and a sampling phase:
    :func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`; the default ``"auto"`` is
    ``"low_rank"`` where the phase's last window has at least as many draws as there are
    parameters and ``"diag"`` beyond).  Its end product is the metric and a reference step size ε*.  This phase takes
-   ``scale_fraction`` of warmup (default 1/5 without a metric to adapt; with one,
-   :func:`default_scale_fraction`: 500 of the default warmup's iterations, the tuning
-   phase the rest, :func:`tuning_iterations`, sized to the model: 500 iterations up to 12
-   parameters, 200 from 25 on).
+   ``scale_fraction`` of warmup (default 1/2 with a metric to adapt, 1/5 otherwise).
 2. **Bayesian optimisation** over the box Γ of (ε, L) with the metric now fixed, so the
    tuner never chases a moving target: blocks of ``m = B/k`` iterations at γ_i, each with
    ``L_r ~ Uniform{1..L}``; the reward of a block is ``ESJD/sqrt(L)``, ESJD the mean
@@ -84,42 +81,6 @@ TAIL_CHECK_MIN_DRAWS = 100
 #: (the window's transitions split at its median ε): the tuner's blocks of large steps
 #: reject wherever the chain spends them.
 TAIL_CHECK_RATIO = 3.5
-
-
-#: The scale phase's iterations at the default warmup (half of CmdStan's 1000).
-SCALE_ITERATIONS = 500
-#: The tuning phase at the defaults: ``k`` blocks of ``m = clip(⌈TUNING_COORDS / d⌉,
-#: MIN_BLOCK, 5)`` iterations, so that a block's reward sums the jumps of at least about
-#: this many parameter-iterations (d parameters), up to the paper's ``m = 5`` of 500
-#: iterations on models of up to 12 parameters (:func:`tuning_iterations`) ...
-TUNING_COORDS = 50
-#: ... and at least 2 (200 iterations): the chains' tail check needs a tuning phase of
-#: that length (:data:`TAIL_CHECK_MIN_TUNING`), without which a fit with rejections in a
-#: tail is run again whole (the metric rerun).
-MIN_BLOCK = 2
-
-
-def tuning_iterations(dims: int, k: int = 100) -> int:
-    """The tuning phase's iterations at the defaults on a model of ``dims`` parameters:
-    ``k`` blocks of ``m = clip(⌈TUNING_COORDS / dims⌉, MIN_BLOCK, 5)`` (500 up to 12
-    parameters, 200 from 25 on).  A block's reward ESJD/√L sums the squared jumps of its ``m``
-    iterations over all ``dims`` coordinates, so on larger models fewer iterations give
-    the tuner as much to go on; the longer phase of the paper's ``B = 500`` cost them
-    gradients without a better γ (``README.md``, "The default warmup")."""
-    return k * int(np.clip(math.ceil(TUNING_COORDS / max(int(dims), 1)), MIN_BLOCK, 5))
-
-
-def default_scale_fraction(dims: int, k: int = 100) -> float:
-    """The share of warmup the scale phase takes by default with a metric to adapt:
-    :data:`SCALE_ITERATIONS` over :func:`default_warmup` (a half up to 12 parameters)."""
-    return SCALE_ITERATIONS / default_warmup(dims, k)
-
-
-def default_warmup(dims: int, k: int = 100) -> int:
-    """AHMC's warmup iterations when a call does not give them: the scale phase's
-    :data:`SCALE_ITERATIONS` and the tuning phase's :func:`tuning_iterations` (1000 up to
-    12 parameters, 700 from 25 on)."""
-    return SCALE_ITERATIONS + tuning_iterations(dims, k)
 
 
 def default_box(reference_step_size: float, max_num_steps: int = 1000,
@@ -273,8 +234,6 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     the discarded iterations' evaluations are charged to the first warmup iteration.  No
     detection without a scale phase (``scale_fraction=0``).
     """
-    if scale_fraction is None and not isinstance(metric, np.ndarray) and metric != "identity":
-        scale_fraction = default_scale_fraction(len(x0), tuning.get("k", TuningOptions.k))
     return run_tuned_chain(model, rng, x0, warmup, draws, progress, hmc_blocks, HMC_STATS,
                            metric=metric, box=box, scale_fraction=scale_fraction,
                            max_num_steps=max_num_steps, callback=callback,
