@@ -51,9 +51,10 @@ def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
     e = fit.efficiency()
     grads = e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]
     extended = bool((fit.metadata.get("extension") or {}).get("extended"))
+    rerun = bool((fit.metadata.get("metric_rerun") or {}).get("ran"))  # not if E-BFMI low
     return {"per_grad": e["min_ess_per_grad_total"], "per_s": e["min_ess_per_s_total"],
             "rhat": e["max_rhat"], "warmup_share": e["n_grad_equiv_warmup"] / grads,
-            "extended": float(extended), "rerun": float(bool(fit.metadata.get("metric_rerun")))}
+            "extended": float(extended), "rerun": float(rerun)}
 
 
 def main(argv=None) -> None:
