@@ -535,10 +535,12 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     are far from Gaussian (:func:`_nongaussian`: a skewed or long-tailed direction the
     chains can all under-visit), and not the E-BFMI
     check, is run again, same seed, with Stan's diagonal metric (``metric="diag"``); if
-    that fit fails the tail-rejection check too, once more with ``adapt_delta=0.95`` as
-    well (unless the call set it) (:data:`RERUN_STEPS`).  The first of these fits that
-    has converged is returned (else the one with the largest min ESS, the first fit on
-    a tie).  (The misfit is measured on every complete fit some of whose chains ended with
+    that fit fails the tail-rejection check too, or has divergent transitions, once more
+    with ``adapt_delta=0.95`` as well (unless the call set it) (:data:`RERUN_STEPS`).  The
+    first of these fits that has converged without divergences is returned, else of those
+    that converged the one with the fewest divergences (the later on a tie; else the one
+    with the largest min ESS, the first fit on a tie).  (The misfit is measured on every
+    complete fit some of whose chains ended with
     a low-rank metric, also when the call chose the metric or turned the rerun off: the
     diagnosis warns ``nongaussian`` when the draws returned are such a fit's and far from
     Gaussian.)  ``fit.metadata["metric_rerun"]`` logs it; the gradients and seconds of the
@@ -604,7 +606,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 GRADIENT_METRICS = ("low_rank", "fisher")
 #: The reruns, in order, each made when the run before fails the tail-rejection check
 #: (the first also when its chains disagree and mix slowly, a later one when the run
-#: before has an R-hat above 1.01) and not the E-BFMI check:
+#: before has an R-hat above 1.01 or divergent transitions) and not the E-BFMI check:
 #: Stan's diagonal metric, from the draws alone; then the same with smaller steps (dual
 #: averaging aiming at an acceptance statistic of 0.95, Stan's advice when the step size
 #: is too large for a region of the posterior).  A step is left out when the call set
@@ -669,7 +671,11 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     long tail, with nothing in the diagnosis to show for it); a later step also when the
     run before has an R-hat above 1.01: there the diagonal's chains still disagree, and
     its smaller steps (``adapt_delta=0.95``) converge (README, "Models the defaults were
-    not tuned on").
+    not tuned on"), or divergent transitions, Stan's sign of a step size too large for a
+    region (on UCB admissions the diagonal's fits that diverge under-state ``sigma``'s
+    sd: README, "Divergences after the rerun").  A converged fit with divergences is
+    kept while the next step runs, and returned if that one does not converge or
+    diverges more.
     When none of the reruns converged, the complete fit with the largest min ESS (bulk
     and tail, over the parameters; the first fit on a tie) is returned: ESS falls both
     when the chains disagree and when they mix slowly, so it ranks fits that all warn
@@ -699,8 +705,10 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     fits, chosen = [first], None
     for i, step in enumerate(steps):
         if i > 0:  # each later step is judged on the run before it
-            found = diagnose(fits[-1], checks=("tail_rejection", "ebfmi", "rhat_ess"))
-            if not (found.get("tail_rejection") or found.get("rhat")) or found.get("ebfmi"):
+            found = diagnose(fits[-1], checks=("tail_rejection", "ebfmi", "rhat_ess",
+                                               "divergences"))
+            if not (found.get("tail_rejection") or found.get("rhat")
+                    or found.get("divergences")) or found.get("ebfmi"):
                 break
         if progress:
             why = reason if i == 0 else found.summary()
@@ -716,13 +724,17 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
         record["runs"].append({"options": dict(step), "problems": problems.summary(),
                                "adopted": converged})
         fits.append(fit)
-        if converged:
-            chosen = fit
-            break
+        if converged:  # with divergences, the next step (if any) runs too
+            if chosen is None or _divergences(fit) <= _divergences(chosen):
+                chosen = fit
+            if not problems.get("divergences"):
+                break
         if fit.incomplete:  # interrupted or out of time: no further step
             record["stopped"] = "incomplete"
             break
     record["adopted"] = chosen is not None
+    for run, fit in zip(record["runs"], fits[1:]):
+        run["adopted"] = fit is chosen
     if chosen is None:
         chosen = max((f for f in fits if not f.incomplete), key=_min_ess)  # first of equals
         record["best_unconverged"] = fits.index(chosen)
@@ -742,7 +754,13 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             "seconds": sum(o.time_warmup + o.time_sampling for o in others)}
     ran = "; then with ".join(_options_text(r["options"]) for r in record["runs"])
     if record["adopted"]:
-        kept = "its fit is returned" if len(record["runs"]) == 1 else "the last fit is returned"
+        last = fits.index(chosen) == len(fits) - 1
+        kept = ("its fit is returned" if len(record["runs"]) == 1 else
+                "the last fit is returned" if last else
+                f"the last {'diverged more' if converged else 'did not converge'} "
+                f"({record['rerun_problems']}): the fit with "
+                f"{_options_text(record['runs'][fits.index(chosen) - 1]['options'])} "
+                "is returned")
     else:
         best = record["best_unconverged"]
         which = ("the first fit is returned" if best == 0 else
@@ -759,6 +777,11 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
                       f"{ran or _options_text(steps[0]) + ' (stopped)'}; {kept}{cost}")
     chosen.metadata["metric_rerun"] = record
     return chosen
+
+
+def _divergences(fit: Fit) -> int:
+    """The post-warmup divergent transitions of ``fit``."""
+    return int(np.count_nonzero(fit.sampler_stats["divergent"]))
 
 
 #: :func:`_slow_and_apart`: an ESS below this share of the draws is slow mixing.

@@ -1,8 +1,9 @@
 """AHMC's reruns on the robustness suite.  The metric rerun
 (``tune_and_sample(metric_rerun=True)``, the default): a fit of the default metric
 (``auto``) that ran ``low_rank`` and fails the tail-rejection check, or both the R-hat and an ESS check, is run
-again with ``metric="diag"`` (and, if that fails the tail-rejection check, with
-``adapt_delta=0.95`` as well), and the first converged fit returned (else the one with
+again with ``metric="diag"`` (and, if that fails the tail-rejection check or has
+divergent transitions, with ``adapt_delta=0.95`` as well), and the first converged fit
+without divergences returned (else the converged one with the fewest, else the one with
 the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,
 :mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
 again with a new seed; the table counts chains rerun and reruns adopted.  The extension

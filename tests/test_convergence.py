@@ -638,6 +638,67 @@ def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_rejects_too(
     assert "the first fit is returned" in fit.metadata["metric_rerun"]["note"]
 
 
+def _diverging(seed, n=3, **kw):
+    """A synthetic converged fit with ``n`` divergent transitions in chain 1."""
+    fit = synthetic(seed=seed, sampler="ahmc", **kw)
+    fit.sampler_stats["divergent"][0, :n] = 1
+    return fit
+
+
+def test_metric_rerun_steps_down_to_smaller_steps_when_the_diagonal_diverges():
+    """A diagonal fit that converged but has divergent transitions (Stan's sign of a step
+    size too large for a region) is followed by the ``adapt_delta=0.95`` step; that fit is
+    returned when it converges with no more divergences, the diagonal's when it does not
+    converge or diverges more; each run not returned is charged."""
+    from ahmc_stan.sampling import RERUN_STEPS, _metric_rerun
+
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    diverging = _with_warmup(_diverging(seed=5), per_iteration=5)
+    assert diverging.diagnose().converged and diverging.diagnose().get("divergences")
+    small = _with_warmup(synthetic(seed=6, sampler="ahmc"), per_iteration=9)
+    calls = []
+
+    def rerun(step, i):
+        calls.append(i)
+        return [diverging, small][i]
+    fit = _metric_rerun(first, rerun, progress=False, steps=list(RERUN_STEPS))
+    assert fit is small and calls == [0, 1]
+    record = fit.metadata["metric_rerun"]
+    assert [r["adopted"] for r in record["runs"]] == [False, True]
+    assert "divergent" in record["runs"][0]["problems"]
+    assert "the last fit is returned" in record["note"]
+
+    # the smaller steps do not converge: the diagonal's converged fit, charged with both
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    diverging = _with_warmup(_diverging(seed=5), per_iteration=5)
+    failing = _with_warmup(synthetic(seed=7, sampler="ahmc"), per_iteration=9)
+    failing.draws[0] += 5.0  # chain 1 elsewhere: R-hat
+    spent = [f.n_grad_warmup + f.n_grad_sampling for f in (first, failing)]
+    fit = _metric_rerun(first, lambda step, i: [diverging, failing][i], progress=False,
+                        steps=list(RERUN_STEPS))
+    record = fit.metadata["metric_rerun"]
+    assert fit is diverging and record["adopted"]
+    assert [r["adopted"] for r in record["runs"]] == [True, False]
+    assert record["charged"]["n_grad"] == sum(spent)
+    assert "the last did not converge (R-hat" in record["note"]
+    assert "the fit with metric='diag' is returned" in record["note"]
+
+    # the smaller steps converge but diverge more: the diagonal's fit
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    diverging = _with_warmup(_diverging(seed=5), per_iteration=5)
+    more = _with_warmup(_diverging(seed=8, n=9), per_iteration=9)
+    fit = _metric_rerun(first, lambda step, i: [diverging, more][i], progress=False,
+                        steps=list(RERUN_STEPS))
+    assert fit is diverging and "the last diverged more" in fit.metadata["metric_rerun"]["note"]
+
+    # without a further step the diverging fit is returned at once
+    first = _with_warmup(_rejecting_in_a_tail(0.6, sampler="ahmc"))
+    diverging = _with_warmup(_diverging(seed=5), per_iteration=5)
+    fit = _metric_rerun(first, lambda step, i: [diverging][i], progress=False,
+                        steps=list(RERUN_STEPS[:1]))
+    assert fit is diverging and fit.metadata["metric_rerun"]["runs"][0]["adopted"]
+
+
 def _autocorrelated(fit, rho):
     """``fit`` with its iid draws turned into stationary AR(1) chains of coefficient ``rho``."""
     x = fit.draws.copy()
