@@ -725,7 +725,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
                                "adopted": converged})
         fits.append(fit)
         if converged:  # with divergences, the next step (if any) runs too
-            if chosen is None or _divergences(fit) <= _divergences(chosen):
+            if chosen is None or (fit.efficiency()["divergences"]
+                                  <= chosen.efficiency()["divergences"]):
                 chosen = fit
             if not problems.get("divergences"):
                 break
@@ -754,13 +755,12 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             "seconds": sum(o.time_warmup + o.time_sampling for o in others)}
     ran = "; then with ".join(_options_text(r["options"]) for r in record["runs"])
     if record["adopted"]:
-        last = fits.index(chosen) == len(fits) - 1
+        at = fits.index(chosen)
         kept = ("its fit is returned" if len(record["runs"]) == 1 else
-                "the last fit is returned" if last else
+                "the last fit is returned" if at == len(fits) - 1 else
                 f"the last {'diverged more' if converged else 'did not converge'} "
                 f"({record['rerun_problems']}): the fit with "
-                f"{_options_text(record['runs'][fits.index(chosen) - 1]['options'])} "
-                "is returned")
+                f"{_options_text(record['runs'][at - 1]['options'])} is returned")
     else:
         best = record["best_unconverged"]
         which = ("the first fit is returned" if best == 0 else
@@ -777,11 +777,6 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
                       f"{ran or _options_text(steps[0]) + ' (stopped)'}; {kept}{cost}")
     chosen.metadata["metric_rerun"] = record
     return chosen
-
-
-def _divergences(fit: Fit) -> int:
-    """The post-warmup divergent transitions of ``fit``."""
-    return int(np.count_nonzero(fit.sampler_stats["divergent"]))
 
 
 #: :func:`_slow_and_apart`: an ESS below this share of the draws is slow mixing.

@@ -39,6 +39,18 @@ def seeds_of(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
+def reference_z(fit, ref: dict) -> list[list[float]]:
+    """Per column of the reference ``ref`` (``robustness.reference_path``'s JSON), the z's
+    of ``fit``'s mean and sd against the reference's, over both MCSEs."""
+    s = fit.summary()
+    row = []
+    for c in ref["block_columns"]:
+        e, r = s.loc[stan_name(c)], ref["columns"][c]
+        row.append([robustness._z(e["mean"], r["mean"], e["mcse_mean"], r["mcse_mean"]),
+                    robustness._z(e["sd"], r["sd"], e["mcse_sd"], r["mcse_sd"])])
+    return row
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -70,12 +82,7 @@ def main(argv=None) -> None:
                                                 warmup=args.warmup, draws=args.draws,
                                                 seed=seed, progress=False, diagnose=False,
                                                 **options)
-        s = fit.summary()
-        row = []
-        for c in columns:
-            e, r = s.loc[stan_name(c)], ref["columns"][c]
-            row.append([robustness._z(e["mean"], r["mean"], e["mcse_mean"], r["mcse_mean"]),
-                        robustness._z(e["sd"], r["sd"], e["mcse_sd"], r["mcse_sd"])])
+        row = reference_z(fit, ref)
         z.append(row)
         worst = max(abs(v) for pair in row for v in pair)
         e = fit.efficiency()

@@ -2,8 +2,8 @@
 one that was not?  Per seed: the bias of AHMC's fit against the suite's reference (the
 largest |z| of a parameter's mean or sd, as ``seed_bias.py`` computes it) and, per chain,
 the largest over the parameters of a split-half drift statistic over the last ``--tail``
-warmup iterations (difference of the halves' means over its batch-means standard error,
-5 batches a half).  One JSON line per seed.
+warmup iterations (difference of the halves' means over their MCSEs, ArviZ's).  One JSON
+line per seed.
 
     python comparisons/warmup_drift.py ucb_admissions --seeds 15-64 \\
         --options '{"warmup": 700, "scale_fraction": 0.7142857}'
@@ -17,31 +17,25 @@ import sys
 import warnings
 from pathlib import Path
 
+import arviz as az
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import robustness  # noqa: E402
-from seed_bias import seeds_of  # noqa: E402
+from seed_bias import reference_z, seeds_of  # noqa: E402
 
 import ahmc_stan  # noqa: E402
-from ahmc_stan.fit import stan_name  # noqa: E402
-
-
-def batch_var(x: np.ndarray, batches: int = 5) -> float:
-    """The variance of ``x``'s mean from ``batches`` batch means."""
-    n = len(x) // batches * batches
-    means = x[:n].reshape(batches, -1).mean(axis=1)
-    return float(means.var(ddof=1) / batches)
 
 
 def drift(warm: np.ndarray, tail: int) -> float:
     """The largest |z| over the columns of ``warm`` (one chain's warmup draws) between the
-    halves of its last ``tail`` rows."""
+    halves of its last ``tail`` rows, each half's mean with ArviZ's MCSE."""
     seg = warm[-tail:]
     a, b = seg[:tail // 2], seg[tail // 2:]
-    z = [abs(b[:, j].mean() - a[:, j].mean()) / s if (s := np.sqrt(
-        batch_var(a[:, j]) + batch_var(b[:, j]))) > 0 else 0.0 for j in range(seg.shape[1])]
-    return float(max(z))
+    se = np.hypot(*(np.array([float(az.mcse(h[:, j], method="mean"))
+                              for j in range(seg.shape[1])]) for h in (a, b)))
+    z = np.abs(b.mean(axis=0) - a.mean(axis=0)) / np.where(se > 0, se, np.inf)
+    return float(z.max())
 
 
 def main(argv=None) -> None:
@@ -60,10 +54,7 @@ def main(argv=None) -> None:
             warnings.simplefilter("ignore")
             fit = ahmc_stan.tune_and_sample(model, chains=4, seed=seed, progress=False,
                                             diagnose=False, **json.loads(args.options))
-        s = fit.summary()
-        z = [abs(robustness._z(s.loc[stan_name(c)][k], ref["columns"][c][k],
-                               s.loc[stan_name(c)][f"mcse_{k}"], ref["columns"][c][f"mcse_{k}"]))
-             for c in ref["block_columns"] for k in ("mean", "sd")]
+        z = [abs(v) for pair in reference_z(fit, ref) for v in pair]
         warm = fit.warmup_draws[:, :, :p]
         print(json.dumps({"seed": seed, "bias": round(max(z), 2),
                           "drift": [round(drift(w, args.tail), 2) for w in warm],
