@@ -132,7 +132,8 @@ def _parse_option(text: str):
 def _sample_args(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
     add_run_args(parser, warmup=None, warmup_help="warmup iterations per chain (default: "
-                 "1000, CmdStan's, ahmc_stan.sampling.STAN_WARMUP)")
+                 "1000, CmdStan's, ahmc_stan.sampling.STAN_WARMUP; AHMC's 500 where its "
+                 "first chain finds the posterior Gaussian, ahmc_stan.tuning.fast_warmup)")
     parser.add_argument("--sampler", default="ahmc",
                         help="one of ahmc_stan.sampling.SAMPLERS (default ahmc)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
@@ -207,7 +208,8 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
     single.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     single.add_argument("--warmup", type=int, default=None,
                         help="warmup iterations (default: each sampler's and peer's own: "
-                             "1000 for ours and CmdStan's, nutpie's own)")
+                             "1000 for ours and CmdStan's, AHMC's 500 on a posterior "
+                             "that looks Gaussian, nutpie's own)")
     single.add_argument("--draws", type=int, default=1000, help="kept iterations (1000)")
     single.add_argument("--seed", type=int, default=None, help="random seed")
     single.add_argument("--csv", metavar="TABLE.csv", default=None,

@@ -197,7 +197,7 @@ def _check_stanc(home: Path, version: str, stan_file: Path, includes: list[Path]
 
 # ---- running ----------------------------------------------------------------------------
 
-def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
+def run_nuts(model, chains: int = 4, warmup: int | None = 1000, draws: int = 1000,
              seed: int | None = None, show_progress: bool = False, *,
              verbose: bool = False, diagnose: bool = True, thin: int = 1,
              **cmdstan_args) -> Fit:
@@ -206,8 +206,8 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
     Adaptation is CmdStan's default (diagonal metric, ``adapt_delta`` 0.8) unless
     ``cmdstan_args`` (passed to ``cmdstanpy.CmdStanModel.sample``: ``adapt_delta``,
     ``max_treedepth``, ``metric``, ``inits``, ``output_dir``, ``sig_figs``, ...) says
-    otherwise.  Warmup iterations are kept (``warmup_draws``, ``warmup_sampler_stats``).
-    ``seed`` None draws one; it is recorded in ``metadata["seed"]``.
+    otherwise.  Warmup iterations are kept (``warmup_draws``, ``warmup_sampler_stats``);
+    ``warmup=None`` is CmdStan's default, 1000.  ``seed`` None draws one; it is recorded in ``metadata["seed"]``.
 
     Times are CmdStan's per-chain "Elapsed Time" (millisecond resolution), summed.
 
@@ -229,6 +229,8 @@ def run_nuts(model, chains: int = 4, warmup: int = 1000, draws: int = 1000,
 
     if isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1:
         raise ValueError(f"thin must be an integer >= 1, not {thin!r}")
+    if warmup is None:
+        warmup = 1000
     if seed is None:
         seed = int(np.random.default_rng().integers(1, 2**31 - 1))
     exe_model, compile_seconds = compile_cmdstan_model(model.stan_file, verbose=verbose)

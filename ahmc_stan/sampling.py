@@ -38,6 +38,7 @@ from .chain_rerun import rerun_stray_chains
 from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
+from .tuning.fast_warmup import WARMUP as FAST_WARMUP, FastWarmup
 from .tuning.stuck import StuckChainError
 from .tuning.windows import NONGAUSSIAN_MISFIT, gaussian_misfit
 
@@ -101,6 +102,9 @@ CONTINUATIONS: dict[str, Callable[[], Callable[..., ChainResult]]] = {
 #: every sampler (``README.md``, "The default warmup": AHMC's shorter 500 on small models
 #: gained on regressions and lost, in bias and per gradient, on hierarchical models).
 STAN_WARMUP = 1000
+#: Samplers whose default warmup is shortened where the posterior looks Gaussian
+#: (:mod:`ahmc_stan.tuning.fast_warmup`).
+FAST_WARMUP_SAMPLERS = ("ahmc",)
 
 
 def register_sampler(name: str, loader: Callable[[], Callable[..., ChainResult]]) -> None:
@@ -134,7 +138,7 @@ def sampler_options(sampler: str) -> frozenset[str] | None:
     names |= {f.name for f in dataclasses.fields(TuningOptions)}
     if forwards == "tuned_chain":
         names |= {p.name for p in inspect.signature(run_tuned_chain).parameters.values()
-                  if p.kind == p.KEYWORD_ONLY} - {"kernel"}
+                  if p.kind == p.KEYWORD_ONLY} - {"kernel", "fast_warmup"}
     return frozenset(names)
 
 
@@ -341,6 +345,14 @@ class ChainProgress:
         if self.bar is not None:
             self.phase = self._phase(0)
 
+    def set_warmup(self, warmup: int) -> None:
+        """The chain's warmup turned out to be ``warmup`` iterations (a fast warmup)."""
+        self.total += warmup - self.warmup
+        self.warmup = warmup
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def _phase(self, n: int) -> str:
         return "warmup" if n < self.warmup else "sampling"
 
@@ -385,9 +397,16 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
     def report(n: int) -> None:
         global _CHAIN_RUNNING
         bar(n)
-        if n >= warmup + draws:  # every draw made: a SIGINT now must not lose the chain
+        if n >= bar.total:  # every draw made: a SIGINT now must not lose the chain
             _CHAIN_RUNNING = False
 
+    report.warmup = bar.set_warmup  # a fast warmup shortens the chain
+    fast = options.get("fast_warmup")
+    if isinstance(fast, _Inherited):  # run in this process: the object itself
+        fast = _INHERITED[fast.key]
+    if hasattr(fast, "member"):  # this chain's side of the fit's decision
+        fast = fast.member(chain)
+        options = {**options, "fast_warmup": fast}
     pool = options.get("pool_windows")
     if pool is not None and hasattr(pool, "member"):  # this chain's share of the pool
         pool = pool.member(chain)
@@ -403,6 +422,8 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
         bar.close()
         if hasattr(pool, "leave"):  # done, stopped or failed: no chain waits for this one
             pool.leave()  # (the windows it put in stay pooled)
+        if hasattr(fast, "leave"):
+            fast.leave()
 
 
 def _cost_units(model: StanModel, results: list[ChainResult], *stats: dict) -> dict:
@@ -496,7 +517,11 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     sampling iterations and keep every ``thin``-th (CmdStan's ``thin``: the first, then
     every ``thin``-th; a kept draw's ``n_grad`` counts the gradients of the ``thin``
     iterations it stands for, so ESS per gradient is unchanged; warmup iterations are all
-    kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`).
+    kept).  ``warmup`` defaults to CmdStan's 1000 (:data:`STAN_WARMUP`); for AHMC
+    (:data:`FAST_WARMUP_SAMPLERS`) the default is 500 where the first chain finds the
+    posterior Gaussian in its scale phase, and every chain follows it
+    (:mod:`ahmc_stan.tuning.fast_warmup`; ``metadata["fast_warmup"]`` records it, and
+    ``metadata["warmup"]`` the length run).  A ``warmup`` given is run as asked.
 
     ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
     at ``chains``; ``False`` or 1: chains run one after another in this process).
@@ -572,6 +597,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     """
     _check_arguments(sampler, chains, warmup, draws, seed, parallel, options, thin)
     inits, radius = _chain_inits(init, chains)
+    fast = warmup is None and sampler in FAST_WARMUP_SAMPLERS and os.name == "posix"
     if warmup is None:
         warmup = STAN_WARMUP
     deadline = _start_clock(max_seconds)
@@ -580,7 +606,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     run = functools.partial(_run_chains, model, sampler, chains, warmup, draws, seed, inits,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
-    fit = run(options, output_dir)
+    fit = run({**options, "fast_warmup": True} if fast else options, output_dir)
     nongaussian = "" if fit.incomplete else _nongaussian(fit, model)  # also with no rerun
     steps = _fit_rerun_steps(sampler, options, fit) if metric_rerun and not fit.incomplete else []
     if steps:
@@ -691,7 +717,8 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
             or nongaussian):
         return first
     reason = "; ".join(r for r in (found.summary(), fell_back, nongaussian) if r)
-    record = {"metric": steps[0]["metric"], "reason": reason, "runs": []}
+    record = {"metric": steps[0]["metric"], "reason": reason, "runs": [],
+              "first_warmup": first.metadata.get("warmup")}
     if "gaussian_misfit" in first.metadata:
         record["gaussian_misfit"] = first.metadata["gaussian_misfit"]
     if found.get("ebfmi"):
@@ -1037,25 +1064,43 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     if output_dir is not None:
         streams = _start_output(Path(output_dir), model, sampler, chains, seed, warmup,
                                 draws, thin, options)
-    alone = {**options, "pool_windows": None} if "pool_windows" in options else options
+    fast, shared = options.get("fast_warmup"), {}
+    options = {k: v for k, v in options.items() if k != "fast_warmup"}
+    if fast:  # the fit's first chain decides the warmup's length for all
+        fast = FastWarmup()
+        shared = {"fast_warmup": _Inherited(fast)}
+    alone = {**options, **shared, **({"pool_windows": None} if "pool_windows" in options
+                                     else {})}
     first = alone
     if options.get("pool_windows") and chains > 1:
-        first, workers = {**options, "pool_windows": _Inherited(_window_pool(
+        first, workers = {**options, **shared, "pool_windows": _Inherited(_window_pool(
             model, chains, warmup, parallel, options.get("scale_fraction")))}, chains
 
     def job(c, seed_c, stream, opts=alone):
         return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
                 radius, deadline, stream)
 
-    results, interrupted = _execute([job(c, seeds[c], streams[c], first)
-                                     for c in range(chains)], workers)
+    try:
+        results, interrupted = _execute([job(c, seeds[c], streams[c], first)
+                                         for c in range(chains)], workers)
+    finally:  # run in this process, the chains leave it registered
+        if fast:
+            _INHERITED.pop(shared["fast_warmup"].key, None)
+    if fast and fast.decision:
+        warmup = FAST_WARMUP
     rerun_record = None
     if chain_rerun and not interrupted and all(
             r is not None and not r.interrupted and r.n_sampling == draws for r in results):
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
-            return _execute([job(c, fresh[c], None) for c in chain_ids],
-                            _workers(parallel, chains))
+            opts = alone if not fast else {  # the fit's decision, made again by none
+                **alone, "fast_warmup": _Inherited(FastWarmup(forced=bool(fast.decision)))}
+            try:
+                return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
+                                _workers(parallel, chains))
+            finally:
+                if fast:
+                    _INHERITED.pop(opts["fast_warmup"].key, None)
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
@@ -1072,6 +1117,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
                     interrupted or len(done) < chains, thin)
+    if fast:
+        fit.metadata["fast_warmup"] = fast.note()
     fit._chain_results = done  # the raw chains, which :func:`_extend` continues
     if rerun_record is not None:
         fit.metadata["chain_rerun"] = rerun_record
@@ -1228,15 +1275,23 @@ def load_output(output_dir: str | os.PathLike, model: StanModel | None = None) -
         m = run["model"]
         model = StanModel(m["stan_file"], m["data_json"] or None, seed=m["seed"],
                           stanc_args=m["stanc_args"], include_paths=m["include_paths"])
+    warmup = run["warmup"]
+    if run["options"].get("fast_warmup"):  # the first chain that sampled says how long
+        for c in range(run["chains"]):
+            path = out / f"chain_{c + 1}.stream"
+            phase = read_stream(path, warmup).stats.get("phase") if path.exists() else None
+            if phase is not None and (phase == 2).any():
+                warmup = int(np.argmax(phase == 2))
+                break
     results = []
     for c in range(run["chains"]):
         path = out / f"chain_{c + 1}.stream"
         if path.exists():
-            r = read_stream(path, run["warmup"])
+            r = read_stream(path, warmup)
             if r.n_warmup + r.n_sampling:
                 r.extras["chain"] = c + 1
                 results.append(r)
     if not results:
         raise ValueError(f"no chain in {out} recorded an iteration")
-    return _assemble(model, run["sampler"], results, run["seed"], run["warmup"],
+    return _assemble(model, run["sampler"], results, run["seed"], warmup,
                      run["draws"], run["options"], True, run["thin"])

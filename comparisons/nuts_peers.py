@@ -20,7 +20,8 @@ an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first wi
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
 its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
-warmup iterations instead (AHMC's ``ahmc_stan.sampling.STAN_WARMUP``, CmdStan's 1000,
+warmup iterations instead (AHMC's ``ahmc_stan.sampling.STAN_WARMUP``, or 500 where its first
+chain finds the posterior Gaussian, ``ahmc_stan.tuning.fast_warmup``; CmdStan's 1000,
 nutpie's own).  For each model and
 sampler the median over seeds of min bulk ESS per gradient *warmup included* and per
 second (warmup included), their ratio to the best of the three NUTS, and the worst R-hat;
@@ -47,6 +48,7 @@ from ahmc_stan import datasets
 from ahmc_stan.comparison import to_markdown
 from ahmc_stan.peers import run_peer
 from ahmc_stan.sampling import STAN_WARMUP
+from ahmc_stan.tuning.fast_warmup import WARMUP as FAST_WARMUP
 from ahmc_stan.suite import EXPERIMENTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -183,7 +185,8 @@ def report(rows: dict) -> str:
              "Command: `python comparisons/nuts_peers.py --models M --seeds S --warmup W "
              "--draws D` (each model's chains, iterations and seeds in the last table; warmup "
              "\"own\": `--own-warmup`, each sampler at its own default: AHMC "
-             f"{STAN_WARMUP}; CmdStan 1000; nutpie 400, low rank 800). Min bulk ESS "
+             f"{STAN_WARMUP}, or {FAST_WARMUP} where its first chain finds the posterior "
+             "Gaussian; CmdStan 1000; nutpie 400, low rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
              "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "

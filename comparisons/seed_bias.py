@@ -32,6 +32,13 @@ from ahmc_stan.fit import stan_name  # noqa: E402
 from ahmc_stan.peers import PEERS, run_peer  # noqa: E402
 
 
+def _warmup_run(fit) -> str:
+    """The warmup the returned fit ran, and the first fit's where a metric rerun replaced
+    it (AHMC's fast warmup: ``ahmc_stan.tuning.fast_warmup``)."""
+    first = (fit.metadata.get("metric_rerun") or {}).get("first_warmup")
+    return f"{fit.metadata.get('warmup')}" + ("" if first is None else f" (first fit {first})")
+
+
 def seeds_of(text: str) -> list[int]:
     if "-" in text:
         lo, hi = (int(v) for v in text.split("-"))
@@ -88,7 +95,8 @@ def main(argv=None) -> None:
         e = fit.efficiency()
         print(f"seed {seed}: max |z| {worst:.2f}, min ESS {e['min_ess_bulk']:.0f} "
               f"({e['min_ess_per_grad_total']:.3g} per gradient, "
-              f"{e['min_ess_per_s_total']:.3g} per s, warmup included), problems: "
+              f"{e['min_ess_per_s_total']:.3g} per s, warmup included), warmup "
+              f"{_warmup_run(fit)}, problems: "
               f"{'; '.join(p.short for p in fit.diagnose().problems) or 'none'}", flush=True)
     z = np.array(z)  # seeds × columns × (mean, sd)
     print(f"\n{args.model}, {args.sampler} {args.options}, {len(z)} seeds")

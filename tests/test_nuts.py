@@ -191,6 +191,11 @@ def test_seed_is_drawn_recorded_and_reproducible(cmdstan_home, mvn_model):
     np.testing.assert_array_equal(first.sampler_stats["n_grad"], again.sampler_stats["n_grad"])
 
 
+def test_warmup_none_is_cmdstans_default(cmdstan_home, mvn_model):
+    fit = run_nuts(mvn_model, chains=1, warmup=None, draws=20, seed=3, diagnose=False)
+    assert fit.metadata["warmup"] == 1000 and fit.warmup_draws.shape[1] == 1000
+
+
 def test_interrupted_run_gives_an_incomplete_fit(mvn_run, mvn_model, tmp_path):
     """What run_nuts does on Ctrl-C: the CSVs written so far, cut to the shortest chain."""
     fit, out = mvn_run

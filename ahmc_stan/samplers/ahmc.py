@@ -56,6 +56,7 @@ from ..tuning import Box, Dimension, NativeBayesOptTuner
 from ..tuning.tail_rejection import tail_rejections
 from ..tuning.stuck import DEFAULT_MAX_RESTARTS, WarmupRestarts, WarmupStuck
 from ..tuning.hmc_warmup import METRICS, MetricFallback, auto_metric, hmc_warmup
+from ..tuning.fast_warmup import TUNING as FAST_TUNING
 from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import (TuningOptions, as_box, esjd_block_rewards, esjd_reward,
                            call_iterations, next_phase, run_tuned_blocks,
@@ -112,11 +113,12 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                  notes: Callable[[dict], None] | None = None,
                  call_iterations: int | None = None, call_grads: float = math.inf,
                  grad_init: bool = False, path_length: float = 2.0, phase: int = 0,
-                 restart: bool = False, pool=None):
+                 restart: bool = False, pool=None, shorten=None):
     """Phase 1 (:func:`~ahmc_stan.tuning.hmc_warmup.hmc_warmup`), recorded in ``rec`` as
     ``phase`` (0; the tail check's step-size adaptation records 1); ``progress(rec.n)``
     after every call into the kernel; ``notes``, ``call_iterations``, ``call_grads``,
-    ``grad_init``, ``path_length``, ``restart`` and ``pool`` as ``hmc_warmup``'s.
+    ``grad_init``, ``path_length``, ``restart``, ``pool`` and ``shorten`` as
+    ``hmc_warmup``'s.
     Returns (state, inverse metric, ε*)."""
     def record(steps):
         _record(rec, steps.info, HMCParameters(steps.step_size, steps.num_steps_max),
@@ -127,7 +129,8 @@ def _scale_phase(kernel, rng, state, n_iter, metric, rec, max_num_steps, restart
                       restarts=restarts, notes=notes,
                       call_iterations=call_iterations, call_grads=call_grads,
                       grad_init=grad_init, path_length=path_length, restart=restart,
-                      pool=pool, progress=None if progress is None else lambda: progress(rec.n))
+                      pool=pool, shorten=shorten,
+                      progress=None if progress is None else lambda: progress(rec.n))
 
 
 def hmc_blocks(kernel: HMCKernel, rng: np.random.Generator, state, inv_metric,
@@ -275,7 +278,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     adapt_delta: float = 0.8, grad_init: bool = False,
                     min_num_steps: int = 1, max_step_ratio: float = 1.5,
                     scale_path_length: float = 2.0, tail_check: bool = True,
-                    pool_windows=None, **tuning) -> ChainResult:
+                    pool_windows=None, fast_warmup=None, **tuning) -> ChainResult:
     """The AHMC chain (scale phase, then Algorithm 2's blocks over Γ of (ε, L)) for any
     sampler tuned by (ε, L): ``make_blocks(kernel, rng, state, inv_metric, rec)``, called
     once after the scale phase, returns the sampler's ``run_block`` (see
@@ -319,7 +322,15 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
     :class:`~ahmc_stan.tuning.window_pool.PoolMember` when called with
     ``pool_windows=True``): the scale phase's windows estimate the metric from all chains'
     windows (:mod:`ahmc_stan.tuning.window_pool`); ``extras["pooled_windows"]`` counts the
-    windows pooled (``None`` without)."""
+    windows pooled (``None`` without).
+
+    ``fast_warmup`` (given by :func:`~ahmc_stan.sampling.tune_and_sample` called without
+    ``warmup``, as this chain's
+    :class:`~ahmc_stan.tuning.fast_warmup.FastWarmupMember`): where the fit's first chain
+    finds the posterior Gaussian in its scale phase, every chain's warmup is
+    :data:`~ahmc_stan.tuning.fast_warmup.WARMUP` iterations instead of ``warmup``
+    (:mod:`ahmc_stan.tuning.fast_warmup`); ``extras["warmup"]`` is the chain's warmup
+    and ``extras["fast_warmup"]`` the decision (``None`` without)."""
     pool = pool_windows if pool_windows not in (None, False) else None
     if pool is True:
         raise ValueError("pool_windows=True needs the chains run together: pass it to "
@@ -358,7 +369,7 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                     kernel, rng, state, n_scale, scale_metric, rec, max_num_steps, restarts,
                     adapt_delta, progress, notes.update, call_iterations(warmup, draws),
                     options.max_call_steps, grad_init, scale_path_length,
-                    restart=fell_back is None, pool=pool)
+                    restart=fell_back is None, pool=pool, shorten=fast_warmup)
                 break
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
@@ -369,6 +380,10 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                 n_scale = min(n_scale, warmup - rec.n - (warmup - n_scale) // 2)
         if fell_back is not None:
             notes["metric_fallback"] = fell_back
+        if fast_warmup is not None and fast_warmup.short and rec.n < n_scale:
+            warmup = rec.warmup = rec.n + FAST_TUNING  # the scale phase ended early
+            if hasattr(progress, "warmup"):
+                progress.warmup(warmup)
         progress(rec.n)
         box_given = box is not None
         box = (default_box(eps_ref, max_num_steps, min_num_steps, high=max_step_ratio)
@@ -427,7 +442,10 @@ def run_tuned_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int
                        "inv_metric": metric_record(inv_metric), "reference_step_size": eps_ref,
                        "restarts": restarts.records, "tail_check": tail_note,
                        "metric_fallback": notes.get("metric_fallback"),
-                       "pooled_windows": None if pool is None else pool.windows, **extras})
+                       "pooled_windows": None if pool is None else pool.windows,
+                       "warmup": warmup,
+                       "fast_warmup": None if fast_warmup is None else fast_warmup.note(),
+                       **extras})
 
 
 def _tail_checked_tuning(rec: ChainRecorder, run_blocks: Callable, retune: Callable, *,

@@ -223,7 +223,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                progress: Callable[[], None] | None = None,
                notes: Callable[[dict], None] | None = None,
                call_iterations: int | None = None, call_grads: float = math.inf,
-               grad_init: bool = False, restart: bool = False, pool=None):
+               grad_init: bool = False, restart: bool = False, pool=None, shorten=None):
     """``n_iter`` warmup iterations of ``kernel`` from ``state``: dual averaging of ε
     towards the acceptance statistic ``adapt_delta`` at a path length of about
     ``path_length``, the inverse metric estimated at the end of each of Stan's windows
@@ -241,7 +241,13 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     :class:`~ahmc_stan.tuning.window_pool.PoolMember`): each window's estimate from all
     chains' windows; the chain leaves the pool when it leaves the common schedule (a
     fallback or a stuck start; whatever else ends the chain, the chain's caller in
-    :mod:`ahmc_stan.sampling` makes it leave).
+    :mod:`ahmc_stan.sampling` makes it leave).  ``shorten`` (a
+    :class:`~ahmc_stan.tuning.fast_warmup.FastWarmupMember`; metrics from gradients
+    only): at the end of the window that ends at its iteration ``shorten.at``, when later
+    windows follow, ``shorten(draws, grads, divergent, rule)`` with the draws and
+    gradients since ``shorten.start``, the window's divergent transitions and the
+    fallback's rule for it; if it says so, the later windows are dropped and the phase
+    ends after its terminal buffer.
     Returns (state, inverse metric, ε*), ε* ``None`` when ``n_iter`` is 0."""
     dims = len(state.position)
     fixed = isinstance(metric, (np.ndarray, LowRankInvMetric))
@@ -278,7 +284,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         return state, inv_metric, None
     averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
-    positions, grads = [], []
+    positions, grads, divergent = [], [], []
     last_window_end = max(window_start, default=None)
     watch = from_gradients and last_window_end is not None  # for the fallback
     estimator = metric  # "diag" after a fallback
@@ -300,6 +306,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                                    max_grads=call_grads, max_divergent=limit)
         record(steps)
         positions.append(steps.info.positions)
+        divergent.append(steps.info.is_divergent)
         if from_gradients:
             grads.append(steps.grads)
         try:
@@ -344,6 +351,15 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                 inv_metric = estimate(window, window_grads)
             else:
                 inv_metric = regularized_inv_metric(window, dense=estimator == "dense")
+            if (shorten is not None and from_gradients and it == shorten.at
+                    and estimator == metric and max(window_start) > it
+                    and shorten(np.concatenate(positions)[shorten.start:it],
+                                np.concatenate(grads)[shorten.start:it],
+                                int(np.concatenate(divergent)[start:it].sum()),
+                                fallback_divergences(it - start))):
+                n_iter = it + (n_iter - last_window_end)  # the terminal buffer
+                window_start = {end: s for end, s in window_start.items() if end <= it}
+                watch = False
         else:
             continue
         averager.restart(initial_step_size(log_accept, averager.final))
