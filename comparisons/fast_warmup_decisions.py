@@ -1,5 +1,6 @@
 """The fast-warmup decision (``ahmc_stan.tuning.fast_warmup``) a default AHMC fit makes on
-a model, seed by seed: each chain run exactly as ``tune_and_sample`` runs it, up to the
+a model, seed by seed: each chain run exactly as ``tune_and_sample`` runs it (its seed, its
+initial point, single-threaded BLAS), up to the
 decision at iteration 250 of its scale phase, and stopped there; the first chain's window
 misfit decides, and each chain's own misfit is listed beside it.
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nuts_peers import load  # noqa: E402
 from seed_bias import seeds_of  # noqa: E402
 
+from ahmc_stan.sampling import _threadpools  # noqa: E402
 from ahmc_stan.samplers.ahmc import run_chain  # noqa: E402
 from ahmc_stan.tuning import fast_warmup as fw  # noqa: E402
 
@@ -32,8 +34,9 @@ class _Decided(Exception):
 class _StopAtDecision(fw.FastWarmupMember):
     """A chain's member that ends the chain once it has its decision."""
 
-    def __call__(self, *args):
-        super().__call__(*args)
+    def __call__(self, draws, grads, divergent, rule):
+        super().__call__(draws, grads, divergent, rule)
+        self.own_misfit = fw.window_misfit(draws, grads)  # the first chain's, or its own
         raise _Decided
 
 
@@ -46,10 +49,10 @@ def decisions(model, seed: int, chains: int) -> tuple[bool | None, list[float | 
         rng = np.random.default_rng(seed_c)  # as sampling._run_chain draws it
         x0 = model.initial_point(rng, None, radius=2.0)
         member = _StopAtDecision(shared, c)
-        try:
-            with warnings.catch_warnings():
+        try:  # single-threaded BLAS, as in tune_and_sample's chains (its rounding)
+            with warnings.catch_warnings(), _threadpools().limit(limits=1, user_api="blas"):
                 warnings.simplefilter("ignore")
-                run_chain(model, rng, x0, 1000, 10, lambda n: None, fast_warmup=member)
+                run_chain(model, rng, x0, 1000, 1000, lambda n: None, fast_warmup=member)
         except _Decided:
             pass
         if c == 0 and shared.decision is None:

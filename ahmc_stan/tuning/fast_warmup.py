@@ -114,9 +114,11 @@ class FastWarmupMember:
                  rule: int) -> bool:
         """Whether this chain's warmup is the short one: the first chain posts its
         decision (misfit below :data:`MISFIT` and fewer than ``rule`` divergent
-        transitions in the last window), the others wait for it."""
-        self.own_misfit = window_misfit(draws, grads)
+        transitions in the last window), the others wait for it without measuring their
+        own (on a cheap model of 100 parameters that would cost a tenth of a chain's
+        time; ``comparisons/fast_warmup_decisions.py`` measures every chain's)."""
         if self.chain == 0:
+            self.own_misfit = window_misfit(draws, grads)
             self.shared._post(self.own_misfit < MISFIT and divergent < rule, self.own_misfit)
         self.short = self.shared._wait()
         return self.short
@@ -128,4 +130,4 @@ class FastWarmupMember:
             self.shared._post(False, float("nan"))
 
     def note(self) -> dict:
-        return {**self.shared.note(), "own_misfit": self.own_misfit}
+        return self.shared.note()
