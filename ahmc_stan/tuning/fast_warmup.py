@@ -5,9 +5,10 @@ since iteration :data:`FROM`, and every chain of the fit follows.
 For a Gaussian target the gradient is affine in the position, so the draws-and-gradients
 metrics (:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`) are exact from any window
 that spans the space, and the :func:`~ahmc_stan.tuning.windows.gaussian_misfit` of the
-window is 0 to rounding; the GLMs of the suites measure up to about 0.2 there, hierarchical
-and skewed posteriors (UCB admissions, Caravan, the ZINB, the funnel) far above 1
-(``README.md``, "A shorter warmup for Gaussian-looking posteriors").  Below
+window is 0 to rounding; GLMs measure little above it, the hierarchical and skewed
+posteriors on which a shorter warmup lost (UCB admissions, Caravan) far more
+(``README.md``, "A shorter warmup for Gaussian-looking posteriors";
+``comparisons/fast_warmup_decisions.py``).  Below
 :data:`MISFIT` (with fewer divergent transitions than the metric fallback's rule in the
 window) the scale phase ends after a terminal buffer at :data:`SCALE` iterations, and the
 tuner gets :data:`TUNING`: a warmup of :data:`WARMUP` instead of 1000.  Only
