@@ -1080,12 +1080,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
                 radius, deadline, stream)
 
-    try:
-        results, interrupted = _execute([job(c, seeds[c], streams[c], first)
-                                         for c in range(chains)], workers)
-    finally:  # run in this process, the chains leave it registered
-        if fast:
-            _INHERITED.pop(shared["fast_warmup"].key, None)
+    results, interrupted = _execute([job(c, seeds[c], streams[c], first)
+                                     for c in range(chains)], workers)
     if fast and fast.decision:
         warmup = FAST_WARMUP
     rerun_record = None
@@ -1095,12 +1091,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
             opts = alone if not fast else {  # the fit's decision, made again by none
                 **alone, "fast_warmup": _Inherited(FastWarmup(forced=bool(fast.decision)))}
-            try:
-                return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
-                                _workers(parallel, chains))
-            finally:
-                if fast:
-                    _INHERITED.pop(opts["fast_warmup"].key, None)
+            return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
+                            _workers(parallel, chains))
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
@@ -1159,14 +1151,17 @@ def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None],
     results: list[ChainResult | None] = [None] * len(jobs)
     if workers == 1 or len(jobs) == 1:
         interrupted = False
-        for c, job in enumerate(jobs):
-            try:
-                results[c] = _run_one(*job)
-            except KeyboardInterrupt:
-                interrupted = True
-            if interrupted or results[c] is None or results[c].interrupted:
-                interrupted = True  # Ctrl-C: the remaining chains do not start
-                break
+        try:
+            for c, job in enumerate(jobs):
+                try:
+                    results[c] = _run_one(*job)
+                except KeyboardInterrupt:
+                    interrupted = True
+                if interrupted or results[c] is None or results[c].interrupted:
+                    interrupted = True  # Ctrl-C: the remaining chains do not start
+                    break
+        finally:  # the jobs' shared objects (:class:`_Inherited`), as after a fork
+            _INHERITED.clear()
         return results, interrupted
     # fork: no `if __name__ == "__main__"` needed in user scripts, and the workers
     # inherit the model (its library loaded, its data read) instead of building it again
