@@ -3,7 +3,8 @@ side by side in one run (issue "Beat the best NUTS"):
 
     python comparisons/nuts_peers.py [--seeds 1,2,3] [--models gauss2d,neal100,...]
                                      [--chains 4] [--warmup 1000 | --own-warmup]
-                                     [--draws 1000]
+                                     [--draws 1000] [--peers nuts,nutpie,nutpie_lowrank]
+    python comparisons/nuts_peers.py --merge RUN1.json,RUN2.json --out OUT
 
 Models: the suite's (``ahmc_stan.suite.EXPERIMENTS``: 2-d ρ = 0.99, Neal's 100-d, the
 51-d GP covariance, Pima, Ripley, breast cancer, Caravan, SV, LGCP), the two latent fields
@@ -129,6 +130,45 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "wall": time.perf_counter() - start}
 
 
+def summarise(runs: dict, peers: list) -> dict:
+    """Each sampler's medians over its ``runs`` (a list per sampler, one per seed; the
+    R-hat the worst), and the best of the ``peers``' medians by each measure."""
+    med = {s: {k: float(np.median([r[k] for r in rs])) for k in rs[0]}
+           for s, rs in runs.items()}
+    for s, rs in runs.items():
+        med[s]["max_rhat"] = float(max(r["max_rhat"] for r in rs))
+    best = {k: max(med[p][k] for p in peers)
+            for k in ("per_grad", "per_s", "per_grad_tail", "per_grad_folded")}
+    return {"runs": runs, "median": med, "best_nuts": best}
+
+
+def merge(files: list[Path]) -> dict:
+    """The models of earlier runs' ``files``, each model's runs at all their seeds
+    together (its chains, warmup and draws must agree; the samplers and NUTS those that
+    every file ran), summarised again (:func:`summarise`)."""
+    parts: dict[str, list[dict]] = {}
+    for f in files:
+        for name, row in json.loads(f.read_text())["models"].items():
+            parts.setdefault(name, []).append(row)
+    rows = {}
+    for name, found in parts.items():
+        settings = [{k: v for k, v in r["settings"].items() if k not in ("seeds", "peers")}
+                    for r in found]
+        if any(s != settings[0] for s in settings):
+            raise SystemExit(f"{name}: the runs differ in their settings: {settings}")
+        samplers = [s for s in found[0]["runs"] if all(s in r["runs"] for r in found)]
+        peers = [p for p in PEERS if p in samplers]
+        seeds = [seed for r in found for seed in r["settings"]["seeds"]]
+        if len(set(seeds)) < len(seeds):
+            raise SystemExit(f"{name}: a seed is in more than one run: {seeds}")
+        runs = {s: [x for r in found for x in r["runs"][s]] for s in samplers}
+        rows[name] = {"dims": found[0]["dims"], **summarise(runs, peers),
+                      "settings": {**settings[0], "seeds": seeds,
+                                   **({} if peers == PEERS else {"peers": peers})},
+                      "wall_seconds": sum(r.get("wall_seconds", 0.0) for r in found)}
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
@@ -139,13 +179,31 @@ def main(argv=None) -> None:
                         help="each sampler at its own default warmup (not --warmup)")
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--samplers", default=",".join(list(OURS) + PEERS),
-                        help="which of ours to run (the three NUTS always run)")
+                        help="which of ours to run")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="which NUTS to run, the best of which the ratios are over "
+                             "(default all three; fewer only where the others are known "
+                             "to lose, as nutpie's two on Caravan)")
     parser.add_argument("--out", default=str(RESULTS / "nuts_peers"))
+    parser.add_argument("--merge", default="",
+                        help="instead of running: the .json files of earlier runs (one "
+                             "model at other seeds each, as runs made seed by seed), "
+                             "comma-separated, merged into --out's")
     args = parser.parse_args(argv)
+    if args.merge:
+        rows = merge([Path(f) for f in args.merge.split(",") if f.strip()])
+        out = Path(args.out)
+        out.with_suffix(".json").write_text(json.dumps({"models": rows}, indent=1))
+        out.with_suffix(".md").write_text(report(rows))
+        print(report(rows))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     chosen = {x.strip() for x in args.samplers.split(",")}
-    samplers = [x for x in OURS if x in chosen] + PEERS
+    peers = [p for p in PEERS if p in {x.strip() for x in args.peers.split(",")}]
+    if not peers:
+        parser.error(f"--peers: none of {PEERS}")
+    samplers = [x for x in OURS if x in chosen] + peers
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.with_suffix(".json").read_text()) \
@@ -158,17 +216,13 @@ def main(argv=None) -> None:
         runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=warmup,
                                            draws=args.draws, seed=seed))
                     for seed in seeds] for s in samplers}
-        med = {s: {k: float(np.median([r[k] for r in runs[s]])) for k in runs[s][0]}
-               for s in samplers}
-        for s in samplers:
-            med[s]["max_rhat"] = float(max(r["max_rhat"] for r in runs[s]))
-        best = {k: max(med[p][k] for p in PEERS)
-                for k in ("per_grad", "per_s", "per_grad_tail", "per_grad_folded")}
-        rows[name] = {"dims": model.dims, "runs": runs, "median": med, "best_nuts": best,
+        rows[name] = {"dims": model.dims, **summarise(runs, peers),
                       "settings": {"chains": args.chains,
                                    "warmup": "own" if args.own_warmup else args.warmup,
-                                   "draws": args.draws, "seeds": seeds},
+                                   "draws": args.draws, "seeds": seeds,
+                                   **({} if peers == PEERS else {"peers": peers})},
                       "wall_seconds": time.perf_counter() - start}
+        med, best = rows[name]["median"], rows[name]["best_nuts"]
         print(f"{name}: " + ", ".join(
             f"{s} {med[s]['per_grad'] / best['per_grad']:.2f}×/grad "
             f"{med[s]['per_s'] / best['per_s']:.2f}×/s R-hat {med[s]['max_rhat']:.3f}"
@@ -188,7 +242,8 @@ def report(rows: dict) -> str:
              f"{STAN_WARMUP}, or {FAST_WARMUP} where its first chain finds the posterior "
              "Gaussian; CmdStan 1000; nutpie 400, low rank 800). Min bulk ESS "
              "per gradient and per second, warmup included, as ratios to the best of CmdStan "
-             "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS); medians "
+             "NUTS, nutpie and nutpie low-rank on that model (1 = the best NUTS; a model "
+             "run with `--peers` is over those its settings name); medians "
              "over seeds; worst R-hat over seeds. Seconds are chain-seconds measured side by "
              "side in one run on the shared 2-core machine. For the spread, the tail ESS "
              "(ArviZ's, as cmdstanpy's summary reports it: of the 5 % and 95 % quantiles) "
@@ -202,8 +257,9 @@ def report(rows: dict) -> str:
         df = pd.DataFrame.from_dict({name: cell(name, row) for name, row in rows.items()},
                                     orient="index")
         df.index.name = "model"
-        if "seeds" in df:
-            df["seeds"] = df["seeds"].astype(str)
+        for listed in ("seeds", "peers"):
+            if listed in df:
+                df[listed] = df[listed].astype(str)
         lines.extend([f"\n## {title}\n", to_markdown(df, floatfmt=floatfmt)])
 
     def per_sampler(field: str):

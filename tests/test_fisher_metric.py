@@ -520,3 +520,34 @@ def test_gaussian_misfit_is_zero_for_a_gaussian_and_the_log_gamma_skew_otherwise
         grads = np.column_stack([shape - y, -z]) @ np.linalg.inv(mix)
         assert gaussian_misfit(draws, grads) == pytest.approx(
             shape * polygamma(1, shape) - 1, abs=4 * sd)
+
+
+def test_gaussian_misfit_by_cholesky_equals_its_definition():
+    """The Cholesky route of :func:`gaussian_misfit` (one factor ``Cov(x) = L Lᵀ`` for the
+    affine fit and for ``Lᵀ Cov(r) L``, which has the eigenvalues of ``Cov(x)^½ Cov(r)
+    Cov(x)^½``) gives the definition's value, computed here by least squares and the
+    symmetric square root; collinear draws take the definition's route and stay finite."""
+    from ahmc_stan.tuning.windows import gaussian_misfit
+
+    def definition(draws, grads):
+        n, d = draws.shape
+        x = draws - draws.mean(axis=0)
+        sd = x.std(axis=0)
+        x, g = x / sd, (grads - grads.mean(axis=0)) * sd
+        r = g - x @ np.linalg.lstsq(x, g, rcond=None)[0]
+        w, v = np.linalg.eigh(x.T @ x / (n - 1))
+        half = (v * np.sqrt(w)) @ v.T
+        return np.linalg.eigvalsh(half @ (r.T @ r / (n - d - 1)) @ half)[-1]
+
+    rng = np.random.default_rng(3)
+    for d, n in ((2, 40), (8, 150), (100, 150)):
+        y = rng.gamma(0.3, size=n)
+        z = rng.standard_normal((n, d - 1))
+        mix = rng.standard_normal((d, d))
+        draws = np.column_stack([np.log(y), z]) @ mix.T
+        grads = np.column_stack([0.3 - y, -z]) @ np.linalg.inv(mix)
+        assert gaussian_misfit(draws, grads) == pytest.approx(definition(draws, grads),
+                                                              rel=1e-8)
+    x = rng.standard_normal((50, 2))
+    twice = np.column_stack([x[:, 0], x[:, 0], x[:, 1]])
+    assert gaussian_misfit(twice, -twice) < 1e-10

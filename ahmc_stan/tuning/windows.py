@@ -174,8 +174,19 @@ def gaussian_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
     sd = np.std(x, axis=0)
     sd[sd == 0] = 1.0
     x, g = x / sd, (grads - grads.mean(axis=0)) * sd  # the misfit is scale-free
-    coef, *_ = np.linalg.lstsq(x, g, rcond=None)
-    r = g - x @ coef
-    w, v = np.linalg.eigh(x.T @ x / (n - 1))
-    half = (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
-    return float(np.linalg.eigvalsh(half @ (r.T @ r / (n - d - 1)) @ half)[-1])
+    gram = x.T @ x
+    try:  # gram = L Lᵀ serves the fit and the square root: Lᵀ A L ~ Cov(x)^½ A Cov(x)^½
+        low = linalg.cholesky(gram, lower=True, check_finite=False)
+    except linalg.LinAlgError:
+        low = None
+    pivots = np.diag(low) if low is not None else np.zeros(1)
+    if not pivots.min() > 1e-6 * pivots.max():  # (nearly) collinear draws
+        coef, *_ = np.linalg.lstsq(x, g, rcond=None)
+        r = g - x @ coef
+        w, v = np.linalg.eigh(gram / (n - 1))
+        half = (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+        return float(np.linalg.eigvalsh(half @ (r.T @ r / (n - d - 1)) @ half)[-1])
+    r = g - x @ linalg.cho_solve((low, True), x.T @ g, check_finite=False)
+    low = low / np.sqrt(n - 1)
+    return float(linalg.eigvalsh(low.T @ (r.T @ r / (n - d - 1)) @ low, check_finite=False,
+                                 subset_by_index=[d - 1, d - 1])[-1])
