@@ -188,7 +188,7 @@ def main(argv=None) -> None:
     parser.add_argument("--merge", default="",
                         help="instead of running: the .json files of earlier runs (one "
                              "model at other seeds each, as runs made seed by seed), "
-                             "comma-separated, merged into --out's")
+                             "comma-separated, merged and written to --out")
     args = parser.parse_args(argv)
     if args.merge:
         rows = merge([Path(f) for f in args.merge.split(",") if f.strip()])
