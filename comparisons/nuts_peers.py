@@ -192,9 +192,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.merge:
         rows = merge([Path(f) for f in args.merge.split(",") if f.strip()])
-        out = Path(args.out)
-        out.with_suffix(".json").write_text(json.dumps({"models": rows}, indent=1))
-        out.with_suffix(".md").write_text(report(rows))
+        write(Path(args.out), rows)
         print(report(rows))
         return
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -227,9 +225,14 @@ def main(argv=None) -> None:
             f"{s} {med[s]['per_grad'] / best['per_grad']:.2f}×/grad "
             f"{med[s]['per_s'] / best['per_s']:.2f}×/s R-hat {med[s]['max_rhat']:.3f}"
             for s in samplers), flush=True)
-        out.with_suffix(".json").write_text(json.dumps({"models": rows}, indent=1))
-        out.with_suffix(".md").write_text(report(rows))
+        write(out, rows)
     print(report(rows))
+
+
+def write(out: Path, rows: dict) -> None:
+    """``rows`` to ``out``'s .json and, as :func:`report`, its .md."""
+    out.with_suffix(".json").write_text(json.dumps({"models": rows}, indent=1))
+    out.with_suffix(".md").write_text(report(rows))
 
 
 def report(rows: dict) -> str:

@@ -177,10 +177,10 @@ def gaussian_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
     gram = x.T @ x
     try:  # gram = L Lᵀ serves the fit and the square root: Lᵀ A L ~ Cov(x)^½ A Cov(x)^½
         low = linalg.cholesky(gram, lower=True, check_finite=False)
+        collinear = not np.diag(low).min() > 1e-6 * np.diag(low).max()
     except linalg.LinAlgError:
-        low = None
-    pivots = np.diag(low) if low is not None else np.zeros(1)
-    if not pivots.min() > 1e-6 * pivots.max():  # (nearly) collinear draws
+        collinear = True
+    if collinear:  # least squares and the symmetric square root, as defined
         coef, *_ = np.linalg.lstsq(x, g, rcond=None)
         r = g - x @ coef
         w, v = np.linalg.eigh(gram / (n - 1))
