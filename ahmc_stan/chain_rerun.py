@@ -31,7 +31,17 @@ The rerun has a new seed, hence a new initial point by Stan's rule (the same ``i
 when one was given).  It is adopted when it no longer strays or fails among the others;
 otherwise the first chain is kept.  Either way the discarded chain's evaluations are
 charged to the kept chain's first iteration and its seconds to the kept chain's warmup,
-so ESS per gradient and per second count them."""
+so ESS per gradient and per second count them.
+
+A chain that only mixes far slower than the others (the diagnosis's ``slow_chain`` rule)
+while it samples where they do, as cleanly (its lp, at most 1 % divergent), spreads no
+wider, and no chain's E-BFMI is low, is not run again but continued
+(:func:`continue_slow_chains`): from its last draw, in the step size, number of steps
+and metric of the chain that mixes best per gradient, for as many draws, its first
+draws counted as warmup.  Its adaptation, not its region, is what failed, so another
+chain's adaptation to the same posterior serves it (cross-chain adaptation, as in
+ChEES: Hoffman, Radul & Sountsov 2021), and its kernel is still fixed before the draws
+it keeps.  Only samplers that can continue a chain (AHMC) are concerned."""
 
 from __future__ import annotations
 
@@ -41,12 +51,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .convergence import DIVERGENCE_UNCONVERGED_FRACTION, lp_gap_allowed, slow_chains
+from .convergence import (DIVERGENCE_UNCONVERGED_FRACTION, low_ebfmi, lp_gap_allowed,
+                          slow_chains)
 from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
 __all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "reaches_further",
-           "log_mass", "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
+           "log_mass", "continue_slow_chains", "slow_chain_cases", "donor_start",
+           "restart_sampling", "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
 
 #: A chain flagged by the lp gap whose region's estimated mass is below this fraction of
 #: the best chain's is a stray (one chain of c carries 1/c of the draws: a region under
@@ -309,4 +321,198 @@ def _note(runs: list[dict]) -> str:
             why.append(text(max(these, key=lambda e: e[key]), these))
     return (f"{len(runs)} chain rerun{'s' if len(runs) > 1 else ''}: " + "; ".join(parts)
             + f" ({'; '.join(why)}); the discarded chains' gradients and seconds are "
+            "counted in warmup")
+
+
+# ---- slow chains: sampled again with the parameters of the chain that mixes best --------
+
+def _among_others(results: Sequence[ChainResult], rows: slice, chain: int) -> bool:
+    """Whether ``chain`` samples where the others do and as cleanly: its mean lp within
+    the diagnosis's allowed gap of their median (either way: a chain in a funnel's neck
+    has a higher lp) and divergent in at most
+    :data:`~ahmc_stan.convergence.DIVERGENCE_UNCONVERGED_FRACTION` of its iterations."""
+    lp = _finite_lp(results, rows)
+    if lp is None:
+        return False
+    means = lp.mean(axis=1)
+    if abs(means[chain] - np.median(np.delete(means, chain))) > lp_gap_allowed(lp):
+        return False
+    divergent = results[chain].stats.get("divergent")
+    return divergent is None or float(np.mean(divergent[rows] != 0)) <= \
+        DIVERGENCE_UNCONVERGED_FRACTION
+
+
+def _geometry(results: Sequence[ChainResult], rows: slice) -> bool:
+    """Whether some chain's E-BFMI is low (:func:`~ahmc_stan.convergence.low_ebfmi`): the
+    momenta cannot explore the energy, a funnel-like geometry that slows chains whatever
+    their parameters, as the metric rerun also takes it (:mod:`ahmc_stan.sampling`)."""
+    if any("energy" not in r.stats for r in results):
+        return False
+    return bool(low_ebfmi(np.array([r.stats["energy"][rows] for r in results]))[1].size)
+
+
+def _slow(results: Sequence[ChainResult], rows: slice):
+    """The diagnosis's slow chains (:func:`~ahmc_stan.convergence.slow_chains`) on the
+    unconstrained coordinates of ``rows``, and those coordinates (chains × draws × d),
+    or ``None`` when a draw is not finite."""
+    x = np.array([r.positions[rows] for r in results])
+    return (slow_chains(x), x) if np.isfinite(x).all() else None
+
+
+def slow_chain_cases(results: Sequence[ChainResult], warmup: int) -> list[dict]:
+    """The chains of ``results`` that mix far slower than the others by the diagnosis's
+    rule (:func:`~ahmc_stan.convergence.slow_chains`, on the unconstrained coordinates of
+    the post-warmup draws), each with its donor: of the chains that are not slow, the one
+    with the largest bulk ESS per gradient in the slow chain's columns (its smallest over
+    them).  Only a chain that samples where the others do, as cleanly (its lp, few
+    divergences: :func:`_among_others`), and spreads no wider (:func:`reaches_further`)
+    is concerned, and none where a chain's E-BFMI is low (:func:`_geometry`): anything
+    else may be the posterior's, and is left to the diagnosis.
+    ``{"chain", "donor", "ess_ratio"}`` each (0-based; the slow chain's smallest ESS
+    ratio to the others' median)."""
+    from .rank_diagnostics import ess_bulk
+
+    rows = _common_rows(results, warmup, 3, 20)
+    found = None if rows is None else _slow(results, rows)
+    if not found or not found[0] or _geometry(results, rows):
+        return []
+    slow, x = found
+    fast = [d for d in range(len(results)) if d not in {s[0] for s in slow}]
+    cost = np.array([float(np.sum(r.stats["n_grad"][rows])) if "n_grad" in r.stats
+                     else 1.0 for r in results])
+    out = []
+    for c, columns, ess, ref in slow:
+        if not fast or reaches_further(x, c, columns, ess) or \
+                not _among_others(results, rows, c):
+            continue
+        per_grad = [float(np.min(ess_bulk(x[d:d + 1][:, :, columns]))) / max(cost[d], 1.0)
+                    for d in fast]
+        out.append({"chain": c, "donor": fast[int(np.argmax(per_grad))],
+                    "ess_ratio": float(np.min(ess / ref))})
+    return out
+
+
+def _mended(results: Sequence[ChainResult], warmup: int, chain: int) -> bool:
+    """Whether ``chain`` of ``results`` (with its continuation in place) is no longer slow
+    and still samples among the others as cleanly (:func:`_among_others`)."""
+    rows = _common_rows(results, warmup, 3, 20)
+    found = None if rows is None else _slow(results, rows)
+    return bool(found) and all(s[0] != chain for s in found[0]) and \
+        _among_others(results, rows, chain)
+
+
+def donor_start(results: Sequence[ChainResult], case: dict) -> ChainResult:
+    """The finished chain a continuation of ``case["chain"]`` resumes (the sampler's
+    ``continue_chain``): its own last position, with the donor's last statistics (step
+    size, number of steps) and records (metric)."""
+    own, donor = results[case["chain"]], results[case["donor"]]
+    return ChainResult(own.positions[-1:], {k: v[-1:] for k, v in donor.stats.items()},
+                       0, 1, 0.0, 0.0, extras=donor.extras)
+
+
+def restart_sampling(first: ChainResult, more: ChainResult, donor: ChainResult,
+                     donor_chain: int) -> ChainResult:
+    """``first`` with its sampling iterations turned into warmup and ``more`` (its
+    continuation in ``donor``'s parameters, no warmup) as its draws: the positions and
+    statistics of ``first``'s warmup, then ``more``'s; the evaluations of ``first``'s
+    sampling iterations charged to its first iteration and their seconds to its warmup.
+    The records are ``first``'s, with the donor's metric and a ``slow_chain`` entry."""
+    w, s = first.n_warmup, first.n_sampling
+    stats = {}
+    for name, values in first.stats.items():
+        tail = more.stats.get(name)
+        if tail is None:
+            tail = np.full(more.n_sampling, np.nan)
+        stats[name] = np.concatenate([values[:w], tail[:more.n_sampling]])
+        if name in COST_STATS and len(stats[name]):
+            stats[name][0] += float(np.sum(values[w:w + s]))
+    extras = {**first.extras, "inv_metric": donor.extras.get("inv_metric"),
+              "slow_chain": {"parameters_of_chain": donor_chain + 1,
+                             **(more.extras.get("continued") or {}),
+                             "draws_discarded": s}}
+    return ChainResult(np.concatenate([first.positions[:w], more.positions]), stats, w,
+                       more.n_sampling, first.time_warmup + first.time_sampling,
+                       more.time_sampling + more.time_warmup, more.interrupted, extras)
+
+
+def continue_slow_chains(results: list[ChainResult], warmup: int,
+                         resume: Callable[[list[tuple], int], tuple[list, bool]],
+                         progress: bool = False, label: str = ""
+                         ) -> tuple[list[ChainResult], dict | None]:
+    """Sample each slow chain (:func:`slow_chain_cases`) again from its last draw in the
+    parameters (step size, number of steps, metric) of the chain that mixes best, its
+    first draws counted as warmup: ``resume(starts, round)`` runs the continuations,
+    one per ``(chain, start)`` (:func:`donor_start`, from the chains as they stand,
+    mended ones included), and returns ``(results, interrupted)``.  The continuation
+    replaces the chain's draws (:func:`restart_sampling`) when the chain is no longer
+    slow and still samples among the others as cleanly (:func:`_mended`); otherwise the
+    first draws are kept and the continuation's cost charged to them.  A chain mended
+    raises the others' median, by which another chain may now be slow: up to
+    :data:`RERUN_ATTEMPTS` rounds, each chain continued at most once.  The failure this
+    mends is a chain's own adaptation, not the posterior: on Caravan one or two chains of
+    four at some seeds end their warmup with Stan's diagonal at 1/14 to 1/8 of a
+    collinear pair's variance, or with a step size halved by a false tail find, mix 6–50
+    times slower than the others, and keep R-hat above 1.01 through twice the draws
+    (README, "Slow chains").  Returns the chains and a record for
+    ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow)."""
+    results, runs, tried = list(results), [], set()
+    for round_ in range(1, RERUN_ATTEMPTS + 1):
+        cases = [k for k in slow_chain_cases(results, warmup) if k["chain"] not in tried]
+        if not cases:
+            break
+        ids = [k["chain"] + 1 for k in cases]
+        tried.update(k["chain"] for k in cases)
+        if progress:
+            print(f"{label}: {_chain_list(ids)} mixed far slower than the others; "
+                  f"sampling {'them' if len(ids) > 1 else 'it'} again from the last draw "
+                  "with the parameters of the chain that mixes best", file=sys.stderr,
+                  flush=True)
+        try:
+            fresh, interrupted = resume([(k["chain"], donor_start(results, k))
+                                         for k in cases], round_)
+        except Exception as err:  # noqa: BLE001 — keep the chains as they are
+            runs.extend({"chain": k["chain"] + 1, "round": round_, "adopted": False,
+                         "error": f"{type(err).__name__}: {err}"} for k in cases)
+            break
+        for case, new in zip(cases, fresh):
+            c, d = case["chain"], case["donor"]
+            entry = {"chain": c + 1, "round": round_, "parameters_of_chain": d + 1,
+                     "ess_ratio": round(case["ess_ratio"], 4), "adopted": False}
+            old = results[c]
+            if new is not None and not new.interrupted and new.n_sampling == old.n_sampling:
+                joined = restart_sampling(old, new, results[d], d)
+                trial = results[:c] + [joined] + results[c + 1:]
+                entry["adopted"] = _mended(trial, warmup, c)
+                if entry["adopted"]:
+                    entry["charged"] = {"n_grad": int(np.sum(
+                        old.stats.get("n_grad", np.zeros(0))[old.n_warmup:])),
+                        "seconds": float(old.time_sampling)}
+                    results[c] = joined
+            if not entry["adopted"] and new is not None:
+                entry["charged"] = charge(old, new)
+            runs.append(entry)
+        if interrupted:
+            break
+    if not runs:
+        return results, None
+    return results, {"runs": runs, "note": _slow_note(runs)}
+
+
+def _slow_note(runs: list[dict]) -> str:
+    errors = [e for e in runs if "error" in e]
+    done = [e for e in runs if "error" not in e]
+    adopted = [e for e in done if e["adopted"]]
+    kept = [e["chain"] for e in done if not e["adopted"]]
+    parts = [f"chain {e['chain']} sampled again in chain {e['parameters_of_chain']}'s "
+             "parameters, its first draws counted as warmup" for e in adopted]
+    if kept:
+        parts.append(f"{_chain_list(kept)} kept: in the best chain's parameters still "
+                     "slow, or divergent, or apart from the others")
+    if errors:
+        parts.append(f"a continuation failed ({errors[0]['error']}): "
+                     f"{_chain_list([e['chain'] for e in errors])} kept")
+    worst = ("" if not done else
+             f" (ESS down to {min(e['ess_ratio'] for e in done):.2g}x the others')")
+    return (f"{len(runs)} slow chain{'s' if len(runs) > 1 else ''}{worst}: "
+            + "; ".join(parts) + "; the discarded draws' gradients and seconds are "
             "counted in warmup")

@@ -64,9 +64,9 @@ def print_diagnosis(fit, label: str | None = None) -> None:
 
 
 def print_reruns(fit) -> None:
-    """The notes of the run's chain and metric reruns and of its extension
+    """The notes of the run's chain reruns, slow chains, metric rerun and extension
     (:func:`tune_and_sample`), if any."""
-    for rerun in ("chain_rerun", "metric_rerun", "extension"):
+    for rerun in ("chain_rerun", "slow_chains", "metric_rerun", "extension"):
         if rerun in fit.metadata:
             print(f"({fit.metadata[rerun]['note']})")
 
@@ -153,7 +153,9 @@ def _sample_args(parser: argparse.ArgumentParser) -> None:
                              "(tune_and_sample's metric_rerun)")
     parser.add_argument("--no-chain-rerun", action="store_true",
                         help="keep a chain that strayed into a region of negligible mass "
-                             "or failed to adapt instead of running it again "
+                             "or failed to adapt instead of running it again, and a chain "
+                             "that mixes far slower than the others instead of sampling it "
+                             "again in the best chain's parameters "
                              "(tune_and_sample's chain_rerun)")
     parser.add_argument("--no-extend", action="store_true",
                         help="return the draws asked for even when R-hat or ESS is "

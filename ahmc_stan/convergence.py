@@ -93,7 +93,7 @@ from .tuning.windows import NONGAUSSIAN_MISFIT
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
            "warn_if_problems", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
            "DIVERGENCE_UNCONVERGED_FRACTION", "STUCK_RELATIVE_SD", "LP_GAP_SDS", "LP_GAP_MIN",
-           "lp_gap_chains", "lp_gap_allowed", "slow_chains", "EBFMI_MIN",
+           "lp_gap_chains", "lp_gap_allowed", "slow_chains", "low_ebfmi", "EBFMI_MIN",
            "DEFAULT_MAX_TREEDEPTH", "STEP_SIZE_SPREAD_MAX", "SLOW_CHAIN_FRACTION",
            "TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",
            "CONVERGENCE_KINDS"]
@@ -457,16 +457,22 @@ def lp_gap_chains(lp) -> list[tuple[int, float, float, float]]:
     return out
 
 
-def _check_ebfmi(fit):
-    energy = fit.sampler_stats.get("energy")
-    if energy is None or fit.n_draws < 3:
-        return []
+def low_ebfmi(energy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each chain's E-BFMI, Σ(E_t − E_{t−1})² / Σ(E_t − Ē)² (Betancourt 2016), from
+    ``energy`` (chains × draws), and the chains where it is below :data:`EBFMI_MIN`."""
     energy = np.asarray(energy, dtype=float)
     num = np.sum(np.diff(energy, axis=1) ** 2, axis=1)
     den = np.sum((energy - energy.mean(axis=1, keepdims=True)) ** 2, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         ebfmi = num / den
-    bad = np.flatnonzero((den > 0) & np.isfinite(ebfmi) & (ebfmi < EBFMI_MIN))
+    return ebfmi, np.flatnonzero((den > 0) & np.isfinite(ebfmi) & (ebfmi < EBFMI_MIN))
+
+
+def _check_ebfmi(fit):
+    energy = fit.sampler_stats.get("energy")
+    if energy is None or fit.n_draws < 3:
+        return []
+    ebfmi, bad = low_ebfmi(energy)
     if not bad.size:
         return []
     listing = ", ".join(f"chain {c + 1}: {ebfmi[c]:.3g}" for c in bad)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .chain_rerun import rerun_stray_chains
+from .chain_rerun import continue_slow_chains, rerun_stray_chains
 from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
@@ -580,7 +580,11 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     seed, and so is a chain whose adaptation failed (divergent in over 1 % of its
     iterations while the other chains are not, and mixing far slower than they do)
     (:mod:`ahmc_stan.chain_rerun`); ``fit.metadata["chain_rerun"]`` logs it and the
-    discarded chain's cost is charged to the kept chain's warmup.  ``False`` turns this off.
+    discarded chain's cost is charged to the kept chain's warmup.  A chain that only
+    mixes far slower than the others (the diagnosis's slow-chain rule) is sampled again
+    from its last draw in the parameters of the chain that mixes best, its first draws
+    counted as warmup (samplers that can continue a chain, :data:`CONTINUATIONS`;
+    ``fit.metadata["slow_chains"]``).  ``False`` turns both off.
 
     ``extend``: a fit whose R-hat is above 1.01 or an ESS below 100 per chain, while every
     bulk and tail ESS is at least 50 per chain (the chains mix; R-hat's noise and the
@@ -638,8 +642,11 @@ GRADIENT_METRICS = ("low_rank", "fisher")
 #: is too large for a region of the posterior).  A step is left out when the call set
 #: one of its options.
 RERUN_STEPS = ({"metric": "diag"}, {"metric": "diag", "adapt_delta": 0.95})
-#: Chain reruns draw their seeds from ``SeedSequence([seed, RERUN_SEED_KEY, attempt])``.
+#: Chain reruns draw their seeds from ``SeedSequence([seed, RERUN_SEED_KEY, attempt])``,
+#: slow chains' continuations from ``SeedSequence([seed, SLOW_SEED_KEY])`` (with the
+#: round appended from the second on).
 RERUN_SEED_KEY = 100
+SLOW_SEED_KEY = 102
 
 
 def _rerun_applies(sampler: str, options: Mapping[str, Any]) -> bool:
@@ -772,8 +779,9 @@ def _metric_rerun(first: Fit, rerun: Callable[[dict, int], Fit], progress: bool,
     notes = []
     for other in others:
         _charge(chosen, other)
-        if "chain_rerun" in other.metadata:  # its reruns' cost is in other's, now charged
-            notes.append(other.metadata["chain_rerun"]["note"])
+        for key in ("chain_rerun", "slow_chains"):  # their cost is in other's, now charged
+            if key in other.metadata:
+                notes.append(other.metadata[key]["note"])
     if notes:
         record["other_run_chain_rerun"] = "; ".join(notes)
     if others:
@@ -1096,6 +1104,18 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
+    slow_record = None
+    if chain_rerun and sampler in CONTINUATIONS and not interrupted and all(
+            r is not None and not r.interrupted and r.n_sampling == draws for r in results):
+        def resume(starts, round_):  # each (chain, the finished chain it continues)
+            key = [seed, SLOW_SEED_KEY] + ([round_] if round_ > 1 else [])
+            fresh = np.random.SeedSequence(key).spawn(chains)
+            return _execute([(model, sampler, c, fresh[c], None, 0, draws, progress,
+                              dict(options), radius, deadline, None, start)
+                             for c, start in starts], _workers(parallel, len(starts)))
+
+        results, slow_record = continue_slow_chains(results, warmup, resume, progress,
+                                                    label=sampler)
     done = [r for r in results if r is not None]
     for c, r in enumerate(results):
         if r is not None:
@@ -1114,6 +1134,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     fit._chain_results = done  # the raw chains, which :func:`_extend` continues
     if rerun_record is not None:
         fit.metadata["chain_rerun"] = rerun_record
+    if slow_record is not None:
+        fit.metadata["slow_chains"] = slow_record
     if out_of_time:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)

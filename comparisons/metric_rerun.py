@@ -6,7 +6,8 @@ divergent transitions, with ``adapt_delta=0.95`` as well), and the first converg
 without divergences returned (else the converged one with the fewest, else the one with
 the largest min ESS).  The chain rerun (``chain_rerun=True``, the default,
 :mod:`ahmc_stan.chain_rerun`): a chain strayed into a region of negligible mass is run
-again with a new seed; the table counts chains rerun and reruns adopted.  The extension
+again with a new seed; the table counts chains rerun and reruns adopted, and the slow
+chains sampled again in the best chain's parameters (and adopted).  The extension
 (``extend=True``, the default): a fit whose R-hat or ESS is flagged while its chains mix
 (every ESS at least 50 per chain, no low E-BFMI, tail rejection, divergences past 1 % or
 stuck chain) gets as many draws again; the table counts the fits extended.
@@ -40,7 +41,7 @@ DEFAULT_OUT = robustness.ROOT / "comparisons" / "results" / "metric_rerun.md"
 #: What the JSON file beside the table keeps of each run.
 KEPT = ("model", "sampler", "seed", "status", "pass", "not_converged", "silent_failure",
         "problems", "max_abs_z_mean", "max_abs_z_sd", "n_grad", "time_seconds",
-        "metric_rerun", "chain_rerun", "extension", "metric_fallbacks")
+        "metric_rerun", "chain_rerun", "slow_chains", "extension", "metric_fallbacks")
 
 
 def _median(values, fmt: str) -> str:
@@ -52,8 +53,9 @@ def main(argv=None) -> int:
                            argv)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     table = ["| model | sampler | runs | pass | converged | silent failures | reruns "
-             "(adopted) | not rerun: E-BFMI | chain reruns (adopted) | extended | min ESS | "
-             "min ESS per gradient | min ESS per chain-second |", "|---|---|" + "---:|" * 11]
+             "(adopted) | not rerun: E-BFMI | chain reruns (adopted) | slow chains (adopted) | "
+             "extended | min ESS | min ESS per gradient | min ESS per chain-second |",
+             "|---|---|" + "---:|" * 12]
     totals: dict[str, list] = {}
     kept: list[dict] = []
     for name in args.names:
@@ -71,6 +73,7 @@ def main(argv=None) -> int:
                       f"{row['n_grad']} gradients, {row['time_seconds']:.2f} chain-s"
                       + (f"; rerun: {rerun['note']}" if rerun else "")
                       + (f"; {row['chain_rerun']['note']}" if row.get("chain_rerun") else "")
+                      + (f"; {row['slow_chains']['note']}" if row.get("slow_chains") else "")
                       + (f"; {row['extension']['note']}" if row.get("extension") else "")
                       + (f"; metric fallback in {row['metric_fallbacks']} chains"
                          if row.get("metric_fallbacks") else ""),
@@ -84,20 +87,23 @@ def main(argv=None) -> int:
                       sum(len(r["chain_rerun"]["runs"]) for r in rows if r.get("chain_rerun")),
                       sum(e["adopted"] for r in rows if r.get("chain_rerun")
                           for e in r["chain_rerun"]["runs"]),
-                      sum((r.get("extension") or {}).get("extended", False) for r in rows))
+                      sum((r.get("extension") or {}).get("extended", False) for r in rows),
+                      sum(len(r["slow_chains"]["runs"]) for r in rows if r.get("slow_chains")),
+                      sum(e["adopted"] for r in rows if r.get("slow_chains")
+                          for e in r["slow_chains"]["runs"]))
             ess = [r["min_ess_bulk"] for r in rows]
             table.append(
                 f"| {name} | {spec} | {counts[0]} | {counts[1]} | {counts[2]} | {counts[3]} | "
                 f"{counts[4]} ({counts[5]}) | {counts[6]} | {counts[7]} ({counts[8]}) | "
-                f"{counts[9]} | "
+                f"{counts[10]} ({counts[11]}) | {counts[9]} | "
                 f"{_median(ess, '.0f')} | "
                 f"{_median([e / r['n_grad'] for e, r in zip(ess, rows)], '.3g')} | "
                 f"{_median([e / r['time_seconds'] for e, r in zip(ess, rows)], '.4g')} |")
-            t = totals.setdefault(spec, [0] * 11 + [0.0])
+            t = totals.setdefault(spec, [0] * 13 + [0.0])
             for i, v in enumerate(counts):
                 t[i] += v
-            t[10] += sum(r["n_grad"] for r in rows)
-            t[11] += sum(r["time_seconds"] for r in rows)
+            t[12] += sum(r["n_grad"] for r in rows)
+            t[13] += sum(r["time_seconds"] for r in rows)
             kept.extend({"spec": spec, "min_ess": e, **{k: r.get(k) for k in KEPT}}
                         for e, r in zip(ess, rows))
     lines = ["# AHMC's metric and chain reruns on the robustness suite", "",
@@ -107,9 +113,9 @@ def main(argv=None) -> int:
              "Gradients and chain-seconds include warmup and, for a rerun, the run not "
              "returned.", "", *table, "",
              "| sampler | runs | pass | converged | silent failures | reruns | adopted | "
-             "not rerun: E-BFMI | chain reruns | adopted | extended | gradients | "
-             "chain-seconds |", "|---|" + "---:|" * 12]
-    lines += [f"| {spec} | {' | '.join(map(str, t[:11]))} | {t[11]:.0f} |"
+             "not rerun: E-BFMI | chain reruns | adopted | extended | slow chains | "
+             "adopted | gradients | chain-seconds |", "|---|" + "---:|" * 14]
+    lines += [f"| {spec} | {' | '.join(map(str, t[:13]))} | {t[13]:.0f} |"
               for spec, t in totals.items()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -127,13 +127,17 @@ def run_one(model, sampler: str, run: dict) -> dict:
             # metric fallbacks (a scale phase run again); 0 for the NUTS
             "metric_rerun": float(bool((fit.metadata.get("metric_rerun") or {}).get("ran"))),
             "metric_fallbacks": float(robustness.metric_fallbacks(fit.metadata)),
+            # AHMC's slow chains sampled again in another chain's parameters; 0 for NUTS
+            "slow_chains": float(sum(e["adopted"] for e in (
+                fit.metadata.get("slow_chains") or {}).get("runs", []))),
             "wall": time.perf_counter() - start}
 
 
 def summarise(runs: dict, peers: list) -> dict:
     """Each sampler's medians over its ``runs`` (a list per sampler, one per seed; the
     R-hat the worst), and the best of the ``peers``' medians by each measure."""
-    med = {s: {k: float(np.median([r[k] for r in rs])) for k in rs[0]}
+    med = {s: {k: float(np.median([r[k] for r in rs])) for k in rs[0]
+               if all(k in r for r in rs)}  # runs of older code lack newer measures
            for s, rs in runs.items()}
     for s, rs in runs.items():
         med[s]["max_rhat"] = float(max(r["max_rhat"] for r in rs))

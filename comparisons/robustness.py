@@ -358,6 +358,7 @@ def run_job(model_name: str, sampler: str, settings: dict) -> dict:
         row["incomplete"] = bool(fit.incomplete)
         row["metric_rerun"] = fit.metadata.get("metric_rerun")
         row["chain_rerun"] = fit.metadata.get("chain_rerun")
+        row["slow_chains"] = fit.metadata.get("slow_chains")
         row["extension"] = fit.metadata.get("extension")
         row["metric_fallbacks"] = metric_fallbacks(fit.metadata)
         row["time_seconds"] = float(fit.time_warmup + fit.time_sampling)

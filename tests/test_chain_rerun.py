@@ -358,3 +358,235 @@ def test_a_slow_chain_in_a_tail_the_others_miss_reaches_further():
     assert reaches_further(x, 3, [0], [ess])
     stuck = 3.5 + 0.05 * walk
     assert not reaches_further(np.concatenate([good, stuck[None]]), 3, [0], [ess])
+
+
+# ---- slow chains: continued in the parameters of the chain that mixes best -------------
+
+def _with_params(result, step_size, num_steps, inv_metric):
+    """``result`` with HMC's per-iteration parameters and a metric record."""
+    n = len(result.positions)
+    result.stats.update(step_size=np.full(n, step_size), num_steps_max=np.full(n, num_steps))
+    result.extras = {"inv_metric": inv_metric, "metric": "diag"}
+    return result
+
+
+def test_a_slow_chain_gets_the_chain_that_mixes_best_per_gradient_as_donor():
+    """A chain that mixes slowly (AR(1), ρ = 0.99: bulk ESS ≈ 10 of 2000) among three that
+    do not, with no divergences, is slow; its donor is the fast chain with the most ESS
+    per gradient (ESS alike, gradients 7, 3 and 9 per iteration: the second).  The same
+    chain spread twice as wide (a tail the others miss) is left to the diagnosis, as is a
+    chain that mixes well."""
+    from ahmc_stan.chain_rerun import slow_chain_cases
+
+    good = [ar_chain(s, 0.0, 0.0, grads=g) for s, g in ((1, 7), (2, 3), (3, 9))]
+    (case,) = slow_chain_cases(good + [ar_chain(4, 0.99, 0.0)], WARMUP)
+    assert case["chain"] == 3 and case["donor"] == 1 and case["ess_ratio"] < 0.05
+    wide = ar_chain(4, 0.99, 0.0)
+    wide.positions[:] *= 2.0
+    assert slow_chain_cases(good + [wide], WARMUP) == []
+    assert slow_chain_cases(good + [ar_chain(4, 0.0, 0.0)], WARMUP) == []
+    assert slow_chain_cases(good[:1] + [ar_chain(4, 0.99, 0.0)], WARMUP) == []  # 2 chains
+    # divergent in over 1 % of its iterations (the failed-chain rule's, or the
+    # posterior's), or in a region of higher lp (a funnel's neck): left alone
+    assert slow_chain_cases(good + [ar_chain(4, 0.99, 0.02)], WARMUP) == []
+    assert len(slow_chain_cases(good + [ar_chain(4, 0.99, 0.005)], WARMUP)) == 1
+    neck = ar_chain(4, 0.99, 0.0)
+    neck.stats["lp"] = neck.stats["lp"] + 6.0
+    assert slow_chain_cases(good + [neck], WARMUP) == []
+    # a chain whose E-BFMI is low (energy an AR(1) of ρ = 0.95: E-BFMI ≈ 2(1 − ρ) = 0.1)
+    # points to the geometry (a funnel), not to one chain's adaptation: none concerned
+    chains = good + [ar_chain(4, 0.99, 0.0)]
+    noise = np.random.default_rng(5)
+    for r in chains:  # energies of independent draws: E-BFMI ≈ 2
+        r.stats["energy"] = noise.normal(size=len(r.positions))
+    assert len(slow_chain_cases(chains, WARMUP)) == 1
+    chains[0].stats["energy"] = ar_chain(9, 0.95, 0.0).positions[:, 0]
+    assert slow_chain_cases(chains, WARMUP) == []
+
+
+def _resume_from(continuations):
+    """A ``resume(cases)`` that returns the next continuations and records the starts."""
+    calls = []
+
+    def resume(starts, round_):
+        calls.append((starts, round_))
+        return [continuations.pop(0) for _ in starts], False
+    return resume, calls
+
+
+def test_a_slow_chain_is_continued_in_the_donors_parameters_and_its_draws_become_warmup():
+    from ahmc_stan.chain_rerun import continue_slow_chains, donor_start
+
+    good = [_with_params(ar_chain(s, 0.0, 0.0, grads=g), 0.5, 4, [1.0, 1.0, 1.0])
+            for s, g in ((1, 7), (2, 3), (3, 9))]
+    good[1].extras["inv_metric"] = [2.0, 2.0, 2.0]
+    slow = _with_params(ar_chain(4, 0.99, 0.0, grads=11), 0.1, 40, [0.1, 0.1, 0.1])
+    slow.extras["metric_fallback"] = {"to": "diag"}
+    start = donor_start(good + [slow], {"chain": 3, "donor": 1})
+    np.testing.assert_array_equal(start.positions, slow.positions[-1:])
+    assert start.stats["step_size"].tolist() == [0.5] and start.extras is good[1].extras
+    # the continuation: fresh draws at 3 gradients each, recorded as sampling only
+    more = ar_chain(5, 0.0, 0.0, grads=3, warmup=0)
+    more.stats["step_size"] = np.full(DRAWS, 0.5)
+    more.extras = {"continued": {"step_size": 0.5, "num_steps": 4}}
+    more.time_warmup, more.time_sampling = 0.0, 2.5
+    resume, calls = _resume_from([more])
+    results, record = continue_slow_chains(good + [slow], WARMUP, resume)
+    ((((chain, given),), round_),) = calls
+    assert (chain, round_) == (3, 1) and given.extras is good[1].extras  # the donor's
+    np.testing.assert_array_equal(given.positions, slow.positions[-1:])
+    assert results[:3] == good
+    new = results[3]
+    np.testing.assert_array_equal(new.positions[:WARMUP], slow.positions[:WARMUP])
+    np.testing.assert_array_equal(new.positions[WARMUP:], more.positions)
+    assert (new.n_warmup, new.n_sampling) == (WARMUP, DRAWS)
+    # the discarded draws' gradients on the first iteration, their seconds in warmup
+    assert new.stats["n_grad"][0] == 11 + 11 * DRAWS
+    assert new.stats["n_grad"][1:WARMUP].sum() == 11 * (WARMUP - 1)
+    assert new.stats["n_grad"][WARMUP:].sum() == 3 * DRAWS
+    assert new.stats["step_size"][WARMUP:].tolist() == [0.5] * DRAWS
+    assert new.time_warmup == 1.0 + 2.0 and new.time_sampling == 2.5
+    assert new.extras["inv_metric"] == [2.0, 2.0, 2.0]
+    assert new.extras["metric_fallback"] == {"to": "diag"}  # its own warmup's records
+    assert new.extras["slow_chain"] == {"parameters_of_chain": 2, "step_size": 0.5,
+                                        "num_steps": 4, "draws_discarded": DRAWS}
+    (entry,) = record["runs"]
+    assert entry["adopted"] and entry["chain"] == 4 and entry["parameters_of_chain"] == 2
+    assert entry["round"] == 1
+    assert entry["charged"] == {"n_grad": 11 * DRAWS, "seconds": 2.0}
+    assert record["note"].startswith("1 slow chain (ESS down to ")
+    assert "chain 4 sampled again in chain 2's parameters" in record["note"]
+    # nothing slow: no continuation
+    same, none = continue_slow_chains(results, WARMUP, lambda *a: pytest.fail("resume"))
+    assert none is None and same == results
+
+
+def test_a_continuation_that_is_still_slow_is_discarded_and_charged():
+    from ahmc_stan.chain_rerun import continue_slow_chains
+
+    good = [_with_params(ar_chain(s, 0.0, 0.0), 0.5, 4, [1.0] * 3) for s in (1, 2, 3)]
+    slow = _with_params(ar_chain(4, 0.99, 0.0), 0.1, 40, [0.1] * 3)
+    still = ar_chain(5, 0.99, 0.0, grads=2, warmup=0)
+    resume, _ = _resume_from([still])
+    results, record = continue_slow_chains(good + [slow], WARMUP, resume)
+    assert results[3] is slow and not record["runs"][0]["adopted"]
+    assert slow.stats["n_grad"][0] == 7 + 2 * DRAWS and slow.time_warmup == 1.0 + 3.0
+    assert "chain 4 kept: in the best chain's parameters still slow" in record["note"]
+    # a continuation that mixes but diverges in 2 % of its iterations is not adopted
+    resume, _ = _resume_from([ar_chain(6, 0.0, 0.02, warmup=0)])
+    results, record = continue_slow_chains(good + [slow], WARMUP, resume)
+    assert results[3] is slow and not record["runs"][0]["adopted"]
+    # an error in the continuation keeps the chains
+    def broken(starts, round_):
+        raise RuntimeError("no")
+    results, record = continue_slow_chains(good + [slow], WARMUP, broken)
+    assert results[3] is slow
+    assert "a continuation failed (RuntimeError: no): chain 4 kept" in record["note"]
+
+
+def test_a_chain_slow_only_beside_a_mended_one_gets_a_second_round():
+    """Bulk ESS of about 160, 2000, 5 and 50 (AR(1), ρ = 0.85, 0, 0.995, 0.95): the third
+    chain is slow; the fourth is not (50 is above 0.2 × the others' median of 160) until
+    the third, mended, lifts that median to 2000.  The first round mends the third, the
+    second the fourth, each continued once."""
+    from ahmc_stan.chain_rerun import continue_slow_chains, slow_chain_cases
+
+    chains = [_with_params(ar_chain(s, rho, 0.0), 0.5, 4, [1.0] * 3)
+              for s, rho in ((1, 0.85), (2, 0.0), (3, 0.995), (4, 0.95))]
+    assert [k["chain"] for k in slow_chain_cases(chains, WARMUP)] == [2]
+    fresh = [ar_chain(10 + i, 0.0, 0.0, warmup=0) for i in range(2)]
+    for more in fresh:
+        more.stats["step_size"] = np.full(DRAWS, 0.25)
+    resume, calls = _resume_from(list(fresh))
+    results, record = continue_slow_chains(chains, WARMUP, resume)
+    assert [([c for c, _ in starts], r) for starts, r in calls] == [([2], 1), ([3], 2)]
+    assert [(e["chain"], e["round"], e["adopted"]) for e in record["runs"]] == \
+        [(3, 1, True), (4, 2, True)]
+    assert "2 slow chains" in record["note"]
+    # the second round starts from the chains as they stand: a donor mended in the first
+    # lends the parameters it now has
+    donor = results[record["runs"][1]["parameters_of_chain"] - 1]
+    (_, start), = calls[1][0]
+    assert start.stats["step_size"][-1] == donor.stats["step_size"][-1]
+    assert start.extras["inv_metric"] == donor.extras["inv_metric"]
+
+
+def test_tune_and_sample_continues_a_slow_chain_in_its_donors_parameters(mvn_model,
+                                                                        monkeypatch):
+    """The plumbing on a real model, with the slow-chain rule made to name chain 2 (its
+    donor chain 4) once: chain 2's draws are a continuation from its last draw at chain
+    4's last step size, number of steps and metric; the other chains and every warmup draw
+    are the run's without it; the discarded draws' gradients are counted in warmup; the
+    same seed gives the same draws in parallel workers and in this process."""
+    import ahmc_stan.chain_rerun as chain_rerun
+    from ahmc_stan import tune_and_sample
+
+    run = dict(chains=4, warmup=200, draws=300, seed=3, progress=False, diagnose=False,
+               metric_rerun=False, extend=False)
+    off = tune_and_sample(mvn_model, "ahmc", chain_rerun=False, **run)
+    assert "slow_chains" not in off.metadata
+
+    def fits(parallel):
+        calls = []
+
+        def named(results, warmup):
+            calls.append(len(results))
+            return [{"chain": 1, "donor": 3, "ess_ratio": 0.1}]
+        monkeypatch.setattr(chain_rerun, "slow_chain_cases", named)
+        fit = tune_and_sample(mvn_model, "ahmc", parallel=parallel, **run)
+        assert calls == [4, 4]  # the second round names chain 2 again: not continued twice
+        return fit
+
+    fit = fits(None)
+    np.testing.assert_array_equal(fit.draws[[0, 2, 3]], off.draws[[0, 2, 3]])
+    np.testing.assert_array_equal(fit.warmup_draws, off.warmup_draws)
+    assert not np.array_equal(fit.draws[1], off.draws[1])
+    for stat in ("step_size", "num_steps_max"):
+        assert np.all(fit.sampler_stats[stat][1] == off.sampler_stats[stat][3, -1])
+    np.testing.assert_array_equal(fit.inv_metric[1], off.inv_metric[3])
+    (entry,) = fit.metadata["slow_chains"]["runs"]
+    assert entry == {**entry, "chain": 2, "parameters_of_chain": 4, "adopted": True}
+    discarded = int(off.sampler_stats["n_grad"][1].sum())
+    assert entry["charged"]["n_grad"] == discarded
+    assert fit.n_grad_warmup == off.n_grad_warmup + discarded
+    assert fit.n_grad_sampling == (off.n_grad_sampling - discarded
+                                   + int(fit.sampler_stats["n_grad"][1].sum()))
+    assert fit.metadata["chains"][1]["slow_chain"]["parameters_of_chain"] == 4
+    again = fits(False)
+    np.testing.assert_array_equal(again.draws, fit.draws)
+
+
+def test_slow_chains_on_a_ridge_are_sampled_again_in_the_best_chains_parameters():
+    """The regression-like ridge of ``tests/test_fisher_metric.py`` (correlation −0.99996)
+    in AHMC's diagonal metric at seed 2: on their own, chain 3 mixes 0.13× as fast as the
+    others and the fit does not converge (R-hat 1.013, bulk ESS 373).  By default chain 3
+    is sampled again in chain 2's parameters, then chain 4, slow beside it; the fit
+    converges, its whitened draws standard normal within MCSE, the discarded draws'
+    gradients counted in warmup, and the same seed gives the same draws."""
+    from ahmc_stan import StanModel, tune_and_sample
+
+    from .conftest import stan_model_path
+    from .stats_util import assert_moments
+    from .test_fisher_metric import ridge_covariance
+
+    sigma, mu = ridge_covariance(), np.array([10.0, 0.0, -1.0])
+    model = StanModel(stan_model_path("mvn"), {"D": 3, "mu": mu, "Sigma": sigma})
+    kw = dict(chains=4, warmup=1000, draws=1000, seed=2, progress=False, diagnose=False,
+              metric="diag", extend=False)
+    alone = tune_and_sample(model, chain_rerun=False, **kw)
+    assert alone.efficiency()["max_rhat"] > 1.01
+    assert [p.chains for p in alone.diagnose().get("slow_chain")] == [(2,)]
+    fit = tune_and_sample(model, **kw)
+    runs = fit.metadata["slow_chains"]["runs"]
+    assert [(e["chain"], e["round"], e["parameters_of_chain"], e["adopted"]) for e in runs] \
+        == [(3, 1, 2, True), (4, 2, 2, True)]
+    assert fit.diagnose().converged, str(fit.diagnose())
+    np.testing.assert_array_equal(fit.draws[:2], alone.draws[:2])
+    chol = np.linalg.cholesky(sigma)
+    whitened = np.linalg.solve(chol, (fit.params - mu).reshape(-1, 3).T).T
+    assert_moments(whitened.reshape(fit.params.shape), np.zeros(3), np.ones(3))
+    discarded = sum(e["charged"]["n_grad"] for e in runs)
+    assert discarded == int(alone.sampler_stats["n_grad"][2:].sum())
+    assert fit.n_grad_warmup == alone.n_grad_warmup + discarded
+    np.testing.assert_array_equal(tune_and_sample(model, parallel=False, **kw).draws,
+                                  fit.draws)
