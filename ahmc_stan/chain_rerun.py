@@ -449,10 +449,9 @@ def continue_slow_chains(results: list[ChainResult], warmup: int,
     first draws are kept and the continuation's cost charged to them.  A chain mended
     raises the others' median, by which another chain may now be slow: up to
     :data:`RERUN_ATTEMPTS` rounds, each chain continued at most once.  The failure this
-    mends is a chain's own adaptation, not the posterior: on Caravan one or two chains of
-    four at some seeds end their warmup with Stan's diagonal at 1/14 to 1/8 of a
-    collinear pair's variance, or with a step size halved by a false tail find, mix 6–50
-    times slower than the others, and keep R-hat above 1.01 through twice the draws
+    mends is a chain's own adaptation, not the posterior: on Caravan single chains end
+    their warmup with Stan's diagonal far below a collinear pair's variance, or with a
+    step size cut by a false tail find, and keep R-hat above 1.01 through twice the draws
     (README, "Slow chains").  Returns the chains and a record for
     ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow)."""
     results, runs, tried = list(results), [], set()
