@@ -57,7 +57,7 @@ from .costs import COST_STATS
 from .samplers.chain import ChainResult
 
 __all__ = ["rerun_stray_chains", "stray_chains", "failed_chains", "reaches_further",
-           "log_mass", "continue_slow_chains", "slow_chain_cases", "donor_start",
+           "log_mass", "continue_slow_chains", "slow_chain_cases", "donor_start", "last_state",
            "restart_sampling", "STRAY_MASS_MAX", "RERUN_ATTEMPTS", "REACH_Z"]
 
 #: A chain flagged by the lp gap whose region's estimated mass is below this fraction of
@@ -401,13 +401,18 @@ def _mended(results: Sequence[ChainResult], warmup: int, chain: int) -> bool:
         _among_others(results, rows, chain)
 
 
+def last_state(own: ChainResult, parameters: ChainResult) -> ChainResult:
+    """The one-iteration chain a continuation resumes (the sampler's ``continue_chain``):
+    ``own``'s last position with ``parameters``'s last statistics (step size, number of
+    steps) and records (metric)."""
+    return ChainResult(own.positions[-1:], {k: v[-1:] for k, v in parameters.stats.items()},
+                       0, 1, 0.0, 0.0, extras=parameters.extras)
+
+
 def donor_start(results: Sequence[ChainResult], case: dict) -> ChainResult:
-    """The finished chain a continuation of ``case["chain"]`` resumes (the sampler's
-    ``continue_chain``): its own last position, with the donor's last statistics (step
-    size, number of steps) and records (metric)."""
-    own, donor = results[case["chain"]], results[case["donor"]]
-    return ChainResult(own.positions[-1:], {k: v[-1:] for k, v in donor.stats.items()},
-                       0, 1, 0.0, 0.0, extras=donor.extras)
+    """What a continuation of ``case["chain"]`` resumes: its own last position in the
+    donor's parameters (:func:`last_state`)."""
+    return last_state(results[case["chain"]], results[case["donor"]])
 
 
 def restart_sampling(first: ChainResult, more: ChainResult, donor: ChainResult,

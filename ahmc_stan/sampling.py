@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .chain_rerun import continue_slow_chains, rerun_stray_chains
+from .chain_rerun import continue_slow_chains, last_state, rerun_stray_chains
 from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
@@ -994,12 +994,9 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
         print(f"{sampler}: {reason}, every ESS at least {floor:.0f}; running each chain "
               f"{draws} more iterations", file=sys.stderr, flush=True)
     seeds = np.random.SeedSequence([seed, EXTEND_SEED_KEY]).spawn(len(results))
-    last = [ChainResult(r.positions[-1:], {k: v[-1:] for k, v in r.stats.items()}, 0, 1,
-                        0.0, 0.0, extras=r.extras) for r in results]
-    more, interrupted = _execute(
-        [(model, sampler, c, seeds[c], None, 0, draws, progress, dict(options), 2.0,
-          deadline, None, last[c]) for c in range(len(results))],
-        _workers(parallel, len(results)))
+    more, interrupted = _continue_chains(
+        model, sampler, [(c, last_state(r, r)) for c, r in enumerate(results)], seeds,
+        draws, progress, options, deadline, parallel)
     record = {"extended": False, "draws": draws, "reason": reason, "rhat_before": _max_rhat(fit),
               "min_ess_before": _min_ess(fit)}
     if any(r is None or r.n_sampling == 0 for r in more):
@@ -1023,6 +1020,17 @@ def _extend(fit: Fit, model: StanModel, sampler: str, seed: int, draws: int, thi
         f"{record['seconds']:.3g} chain-seconds more)")
     merged.metadata["extension"] = record
     return merged
+
+
+def _continue_chains(model: StanModel, sampler: str, starts: list[tuple[int, ChainResult]],
+                     seeds, draws: int, progress: bool, options: Mapping[str, Any],
+                     deadline, parallel) -> tuple[list, bool]:
+    """``draws`` more iterations of each ``(chain, start)`` (a finished chain's
+    :func:`~ahmc_stan.chain_rerun.last_state`) with the sampler's continuation
+    (:data:`CONTINUATIONS`), chain ``c`` from ``seeds[c]``: :func:`_execute`'s results."""
+    return _execute([(model, sampler, c, seeds[c], None, 0, draws, progress, dict(options),
+                      2.0, deadline, None, start) for c, start in starts],
+                    _workers(parallel, len(starts)))
 
 
 def _max_rhat(fit: Fit) -> float:
@@ -1092,9 +1100,10 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                                      for c in range(chains)], workers)
     if fast and fast.decision:
         warmup = FAST_WARMUP
-    rerun_record = None
-    if chain_rerun and not interrupted and all(
-            r is not None and not r.interrupted and r.n_sampling == draws for r in results):
+    rerun_record = slow_record = None
+    finished = chain_rerun and not interrupted and all(
+        r is not None and not r.interrupted and r.n_sampling == draws for r in results)
+    if finished:
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
             opts = alone if not fast else {  # the fit's decision, made again by none
@@ -1104,15 +1113,12 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
-    slow_record = None
-    if chain_rerun and sampler in CONTINUATIONS and not interrupted and all(
-            r is not None and not r.interrupted and r.n_sampling == draws for r in results):
+    if finished and sampler in CONTINUATIONS:  # a rerun is adopted only when finished
         def resume(starts, round_):  # each (chain, the finished chain it continues)
             key = [seed, SLOW_SEED_KEY] + ([round_] if round_ > 1 else [])
-            fresh = np.random.SeedSequence(key).spawn(chains)
-            return _execute([(model, sampler, c, fresh[c], None, 0, draws, progress,
-                              dict(options), radius, deadline, None, start)
-                             for c, start in starts], _workers(parallel, len(starts)))
+            return _continue_chains(model, sampler, starts,
+                                    np.random.SeedSequence(key).spawn(chains), draws,
+                                    progress, options, deadline, parallel)
 
         results, slow_record = continue_slow_chains(results, warmup, resume, progress,
                                                     label=sampler)
