@@ -311,7 +311,7 @@ def _check_rhat_ess(fit):
         return [Problem("ess_bulk", f"R-hat and ESS need at least 4 post-warmup draws per "
                         f"chain; this fit has {fit.n_draws}.", value=math.nan,
                         threshold=ESS_PER_CHAIN_MIN * fit.chains, convergence=True)]
-    d = fit._diagnostics()
+    d = fit._diagnostics(params_only=True)
     cols = np.flatnonzero(_varying(fit))
     need = ESS_PER_CHAIN_MIN * fit.chains
     out = []
@@ -603,7 +603,7 @@ def _check_slow_chain(fit):
         return []
     out = []
     for c, where, ess, ref in slow_chains(fit.params[:, :, cols],
-                                          fit._diagnostics()["ess_bulk"][:k][cols]):
+                                          fit._diagnostics(params_only=True)["ess_bulk"][:k][cols]):
         names = _names(cols[where], fit)
         listing = ", ".join(f"{n} {e:.3g} (others' median {r:.3g})"
                             for n, e, r in zip(names, ess, ref))
@@ -631,7 +631,10 @@ def _check_tail_rejection(fit):
     rej = 1.0 - np.asarray(st["accept_stat"], dtype=float)[:, 1:].reshape(-1, 1)
     if not np.isfinite(rej).all():
         return []
-    found = tail_rejections(x, rej)
+    cache = getattr(fit, "_check_cache", {})  # the draws do not change: computed once
+    if "tail_rejections" not in cache:
+        cache["tail_rejections"] = tail_rejections(x, rej)
+    found = cache["tail_rejections"]
     if not found:
         return []
     found = found[:_WORST]

@@ -73,14 +73,14 @@ def _arviz():
     return arviz
 
 
-def _diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
+def _diagnostics(values: np.ndarray, keys=None) -> dict[str, np.ndarray]:
     """ArviZ's diagnostics of every column of a ``(chain, draw, column)`` array:
     ``arviz.ess(values[:, :, j], method=...)``, ``arviz.rhat`` and ``arviz.mcse`` per
-    column, computed for all columns at once (:mod:`.rank_diagnostics`, equal to ArviZ's
-    to rounding)."""
-    from .rank_diagnostics import diagnostics
+    column (or those named in ``keys``), computed for all columns at once
+    (:mod:`.rank_diagnostics`, equal to ArviZ's to rounding)."""
+    from .rank_diagnostics import KEYS, diagnostics
 
-    return diagnostics(values)
+    return diagnostics(values, KEYS if keys is None else keys)
 
 
 def _as_stats(stats: Mapping[str, Any] | None, shape: tuple[int, int], what: str
@@ -186,6 +186,9 @@ class Fit:
         self.metadata = dict(metadata or {})
         self.incomplete = bool(incomplete)
         self._diag_cache: dict[str, np.ndarray] | None = None
+        self._param_diag_cache: dict[str, np.ndarray] | None = None
+        #: results of the diagnosis's costlier checks on these draws (:mod:`.convergence`)
+        self._check_cache: dict[str, Any] = {}
 
     # ---- shape -----------------------------------------------------------------------
 
@@ -329,7 +332,19 @@ class Fit:
 
     # ---- diagnostics -------------------------------------------------------------------
 
-    def _diagnostics(self) -> dict[str, np.ndarray]:
+    def _diagnostics(self, params_only: bool = False) -> dict[str, np.ndarray]:
+        """The diagnostics of every column (:func:`_diagnostics`), computed once; with
+        ``params_only`` at least the bulk and tail ESS and R-hat of the parameters-block
+        columns, the first :attr:`n_params` (what convergence is judged by: the
+        transformed parameters and generated quantities, often as many again, and the
+        MCSEs wait until :meth:`summary` asks for them)."""
+        if self._diag_cache is None and params_only:
+            if self._param_diag_cache is None:
+                from .rank_diagnostics import CONVERGENCE_KEYS
+
+                self._param_diag_cache = _diagnostics(self.draws[:, :, :self.n_params],
+                                                      CONVERGENCE_KEYS)
+            return self._param_diag_cache
         if self._diag_cache is None:
             self._diag_cache = _diagnostics(self.draws)
         return self._diag_cache
@@ -368,7 +383,7 @@ class Fit:
         corresponding ratio ``nan``.  (ArviZ gives a column whose draws are all equal an
         ESS of the number of draws; its R-hat, and so ``max_rhat``, is then ``nan``.)
         """
-        d = self._diagnostics()
+        d = self._diagnostics(params_only=True)
         k = self.n_params
         bulk, tail, rhat = d["ess_bulk"][:k], d["ess_tail"][:k], d["r_hat"][:k]
 

@@ -175,6 +175,23 @@ class StanModel:
         n_out = len(self.param_names(include_tp=include_tp, include_gq=include_gq))
         return np.array([call(row) for row in x]).reshape(len(x), n_out)
 
+    def constrain_each(self, xs, rngs, *, include_tp: bool = False,
+                       include_gq: bool = False) -> list[np.ndarray]:
+        """:meth:`constrain` of each 2-d array of ``xs`` with its own ``rngs`` entry (a
+        chain's draws and its generated quantities' random numbers), as many at once as
+        there are cores: the C++ calls release the GIL and share nothing but the model, so
+        the results are those of one call after another."""
+        jobs = list(zip(xs, rngs))
+        one = lambda job: self.constrain(job[0], include_tp=include_tp,  # noqa: E731
+                                         include_gq=include_gq, rng=job[1])
+        workers = min(len(jobs), os.cpu_count() or 1)
+        if workers < 2 or not self.density.native:
+            return [one(job) for job in jobs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(one, jobs))
+
     def _constrain_rows(self, x: np.ndarray, include_tp: bool, include_gq: bool,
                         seed: int) -> np.ndarray:
         """All rows in one C++ call (``ahmc_param_constrain_rows``), generated quantities

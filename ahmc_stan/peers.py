@@ -120,10 +120,12 @@ def _fit_from_trace(model, trace, seed: int, warmup: int, draws: int, chain_seco
         return rows, {ours: np.asarray(stats_group[theirs])
                       for theirs, ours in _STATS.items() if theirs in stats_group}
 
-    def constrain(rows, shape, gq_seed):
-        values = model.constrain(rows, include_tp=True, include_gq=True,
-                                 rng=np.random.default_rng(gq_seed))
-        return values.reshape(*shape, len(names))
+    def constrain(rows, shape, gq_seed):  # a chain at a time, each with its own generated
+        chains = shape[0]                  # quantities' random numbers, in threads
+        values = model.constrain_each(
+            np.split(rows, chains), [np.random.default_rng(s) for s in gq_seed.spawn(chains)],
+            include_tp=True, include_gq=True)
+        return np.array(values).reshape(*shape, len(names))
 
     samp_rows, samp_stats = group(trace.sample_stats)
     warm_rows, warm_stats = group(trace.warmup_sample_stats)

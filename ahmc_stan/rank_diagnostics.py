@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy.special import ndtri
 
-__all__ = ["diagnostics", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd",
+__all__ = ["diagnostics", "CONVERGENCE_KEYS", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd",
            "arviz_diagnostics"]
 
 _BLOM = 3 / 8
@@ -192,12 +192,31 @@ def _by_column(values: np.ndarray) -> np.ndarray:
 
 
 def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
+    """``compute`` on the valid columns of ``x`` (:func:`_valid`), nan elsewhere;
+    :data:`BLOCK` columns at a time in threads (:func:`_in_blocks`)."""
     ok = _valid(x, min_chains)
     out = np.full(x.shape[0], np.nan)
     if ok.any():
-        with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-            out[ok] = compute(x[ok])
+        y = x[ok]
+
+        def block(start: int) -> np.ndarray:
+            with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
+                return compute(y[start:start + BLOCK])
+
+        out[ok] = np.concatenate(_in_blocks(block, y.shape[0]))
     return out
+
+
+def _in_blocks(block, n_columns: int) -> list:
+    """``block(start)`` for the blocks of :data:`BLOCK` columns that start at 0, BLOCK,
+    ... below ``n_columns``, in :func:`_threads` threads when there are several blocks
+    (numpy's sorts, transforms and ufuncs release the GIL)."""
+    starts = range(0, n_columns, BLOCK)
+    workers = min(_threads(), len(starts))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(block, starts))
+    return [block(start) for start in starts]
 
 
 def _quantile_ess(x: np.ndarray, prob: float, ordered: np.ndarray) -> np.ndarray:
@@ -308,38 +327,41 @@ def _threads() -> int:
 BLOCK = 32
 
 
-def diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:
-    """All five of a ``(chain, draw, column)`` array: ``ess_bulk``, ``ess_tail``,
-    ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split and the normal scores shared),
-    :data:`BLOCK` columns at a time; nan where ArviZ gives nan, without warnings."""
+#: The three that convergence is judged by (the MCSEs are left out where only these serve).
+CONVERGENCE_KEYS = ("ess_bulk", "ess_tail", "r_hat")
+
+
+def diagnostics(values: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+    """Those of the five named in ``keys`` (default all) of a ``(chain, draw, column)``
+    array: ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split
+    and the normal scores shared), :data:`BLOCK` columns at a time; nan where ArviZ gives
+    nan, without warnings."""
     values = np.asarray(values, dtype=float)
-    starts = range(0, values.shape[2], BLOCK)
+    keys = tuple(k for k in KEYS if k in keys)
 
     def block(start: int) -> dict[str, np.ndarray]:
         with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-            return _diagnostics_block(_by_column(values[:, :, start:start + BLOCK]))
+            return _diagnostics_block(_by_column(values[:, :, start:start + BLOCK]), keys)
 
-    workers = min(_threads(), len(starts))
-    if workers > 1:  # numpy's sorts, transforms and ufuncs release the GIL
-        with ThreadPoolExecutor(workers) as pool:
-            blocks = list(pool.map(block, starts))
-    else:
-        blocks = [block(start) for start in starts]
-    return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in KEYS}
+    blocks = _in_blocks(block, values.shape[2])
+    return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in keys}
 
 
-def _diagnostics_block(x: np.ndarray) -> dict[str, np.ndarray]:
-    out = {key: np.full(x.shape[0], np.nan) for key in KEYS}
+def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+    out = {key: np.full(x.shape[0], np.nan) for key in keys}
     ok = _valid(x, 1)
     if ok.any():
         y = x[ok]
         split, order, ordered, z = _split_and_scores(y)
-        out["ess_bulk"][ok] = _ess(z)
-        # An even number of draws: the split holds them all, so their sort serves.
-        out["ess_tail"][ok] = _tail(y, ordered if y.shape[2] % 2 == 0 else None)
-        out["mcse_mean"][ok] = _mcse_mean(y)
-        out["mcse_sd"][ok] = _mcse_sd(y)
-        if x.shape[1] >= 2:  # R-hat needs two chains (_valid(x, 2))
+        if "ess_bulk" in out:
+            out["ess_bulk"][ok] = _ess(z)
+        if "ess_tail" in out:  # an even number of draws: the split holds them all
+            out["ess_tail"][ok] = _tail(y, ordered if y.shape[2] % 2 == 0 else None)
+        if "mcse_mean" in out:
+            out["mcse_mean"][ok] = _mcse_mean(y)
+        if "mcse_sd" in out:
+            out["mcse_sd"][ok] = _mcse_sd(y)
+        if "r_hat" in out and x.shape[1] >= 2:  # R-hat needs two chains (_valid(x, 2))
             out["r_hat"][ok] = _rhat_rank(split, order, ordered, z)
     return out
 

@@ -475,7 +475,9 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
                                rng=np.random.default_rng(gq_seed))
 
     warm_rows, samp_rows = slice(0, n_warm), slice(warmup, warmup + n_samp)
-    stack = lambda rows: np.array([constrained(r, rows, s) for r, s in zip(results, gq_rngs)])
+    stack = lambda rows: np.array(model.constrain_each(  # noqa: E731
+        [r.positions[rows] for r in results], [np.random.default_rng(s) for s in gq_rngs],
+        include_tp=True, include_gq=True))
     stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
                           for k in results[0].stats}
     incomplete = interrupted or any(r.interrupted for r in results) or n_samp < kept_draws \
@@ -607,6 +609,24 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
+    # this process's own work (its chains when not in workers, and the decisions between
+    # runs) on arrays of one fit: BLAS threads only contend with the workers and wake
+    # slowly (a lp-gap check took 9-23 ms with OpenBLAS's threads, 3 ms without)
+    with _threadpools().limit(limits=1, user_api="blas"):
+        fit = _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius,
+                               progress, parallel, deadline, max_seconds, thin, chain_rerun,
+                               fast, metric_rerun, extend, output_dir, options)
+    if diagnose:
+        from .convergence import warn_if_problems
+
+        warn_if_problems(fit)
+    return fit
+
+
+def _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius, progress,
+                     parallel, deadline, max_seconds, thin, chain_rerun, fast, metric_rerun,
+                     extend, output_dir, options) -> Fit:
+    """The runs of one :func:`tune_and_sample` call and the decisions between them."""
     run = functools.partial(_run_chains, model, sampler, chains, warmup, draws, seed, inits,
                             radius, progress, parallel, deadline, max_seconds, thin,
                             chain_rerun)
@@ -625,10 +645,6 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     if output_dir is not None:
         fit.save(Path(output_dir) / "fit.npz")
         fit.draws_pd().to_csv(Path(output_dir) / "draws.csv", index=False)
-    if diagnose:
-        from .convergence import warn_if_problems
-
-        warn_if_problems(fit)
     return fit
 
 
@@ -1035,7 +1051,7 @@ def _continue_chains(model: StanModel, sampler: str, starts: list[tuple[int, Cha
 
 def _max_rhat(fit: Fit) -> float:
     """The largest R-hat over the fit's parameters (nan if none is finite)."""
-    rhat = fit._diagnostics()["r_hat"][:fit.n_params]
+    rhat = fit._diagnostics(params_only=True)["r_hat"][:fit.n_params]
     return float(np.nanmax(rhat)) if np.isfinite(rhat).any() else math.nan
 
 
@@ -1199,6 +1215,7 @@ def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None],
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
     if fork:
         jobs = [(_Inherited(job[0]), *job[1:]) for job in jobs]
+        _threadpools()  # scanned once here, inherited: each worker's own scan took 12 ms
     import tqdm.auto  # noqa: F401  (the progress bars': imported once, not in each worker)
 
     # The objects a forked worker inherits stay out of its garbage collections, which

@@ -142,6 +142,65 @@ def test_low_rank_survives_a_failed_decomposition(monkeypatch):
                                           windows.fisher_inv_metric(x, grads))
 
 
+def test_low_rank_shortcut_gives_what_the_decompositions_give(monkeypatch):
+    """The proof that no direction will be kept (``_nothing_to_correct``) fires on windows
+    of a Gaussian with a diagonal covariance that span the space, and returns the diagonal
+    the full computation returns; on a wide window (the draws' and the gradients' rows
+    span different subspaces), a correlated Gaussian, a heavy-tailed target and near the
+    bounds it does not change the result."""
+    from ahmc_stan.tuning import windows
+
+    rng = np.random.default_rng(11)
+    fired = []
+    shortcut = windows._nothing_to_correct
+
+    def spy(*args):
+        fired.append(shortcut(*args))
+        return fired[-1]
+
+    def full(x, g, **kw):
+        with monkeypatch.context() as patch:
+            patch.setattr(windows, "_nothing_to_correct", lambda *a: False)
+            return windows.low_rank_inv_metric(x, g, **kw)
+
+    monkeypatch.setattr(windows, "_nothing_to_correct", spy)
+    scales = np.exp(rng.uniform(-3, 3, 40))
+    cases = []
+    for n, fires in ((15, False), (50, True), (200, True)):  # 2n < d, 2n > d
+        x = rng.standard_normal((n, 40)) * scales
+        cases.append((x, -x / scales ** 2, fires))
+    sigma = ridge_covariance()
+    x = rng.multivariate_normal(np.zeros(3), sigma, size=100)
+    cases.append((x, -np.linalg.solve(sigma, x.T).T, False))
+    t = rng.standard_t(3, size=(300, 5))
+    cases.append((t, -4 * t / (3 + t ** 2), None))
+    for x, g, fires in cases:
+        fired.clear()
+        got, want = windows.low_rank_inv_metric(x, g), full(x, g)
+        assert type(got) is type(want)
+        if isinstance(want, np.ndarray):
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_array_equal(got.to_dense(), want.to_dense())
+        if fires is not None:
+            assert fired == [fires]
+    # variance f along (1, 1, 0, 0)/√2: after the diagonal (sd(x)/sd(∇) = √f in both
+    # coordinates) S has eigenvalues √f and 1/√f, outside the cutoff 2 from f = 4 on; the
+    # pencil's eigenvalues are f and 1/f, so the shortcut's bound sits at the same edge
+    v = np.array([1.0, 1.0, 0.0, 0.0]) / np.sqrt(2)
+    kinds = []
+    for f in (2.5, 3.8, 4.3, 6.0):
+        sigma = np.eye(4) + (f - 1) * np.outer(v, v)
+        x = rng.multivariate_normal(np.zeros(4), sigma, size=400)
+        g = -np.linalg.solve(sigma, x.T).T
+        got, want = windows.low_rank_inv_metric(x, g), full(x, g)
+        assert type(got) is type(want)
+        if isinstance(want, np.ndarray):
+            np.testing.assert_array_equal(got, want)
+        kinds.append(type(want).__name__)
+    assert kinds == ["ndarray", "ndarray", "LowRankInvMetric", "LowRankInvMetric"]
+
+
 def test_low_rank_span_of_a_wide_window_matches_a_tall_one():
     """With fewer draws than parameters the span comes from the 2n × 2n Gram matrix, with
     more from the d × d one: on the same window, padded with parameters the draws do not

@@ -419,3 +419,26 @@ def test_integer_generated_quantities_stay_integers_in_arviz():
     assert post["positive"].dtype == np.int64 and post["counts"].dtype == np.int64
     assert post["counts"].shape == (2, 100, 2) and post["mu2"].dtype == np.float64
     np.testing.assert_array_equal(post["positive"].values, (fit.column("mu") > 0))
+
+
+def test_chains_constrained_at_once_equal_one_after_another():
+    """``StanModel.constrain_each`` (the chains' draws constrained in threads when a fit is
+    assembled) gives each chain exactly what its own call gives, generated quantities'
+    random numbers included, and the same draws again from the same seeds."""
+    from ahmc_stan import StanModel
+
+    from .conftest import stan_model_path
+
+    model = StanModel(stan_model_path("int_gq"))
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(3000, model.dims)) for _ in range(4)]
+    seeds = np.random.SeedSequence(12).spawn(4)
+    at_once = model.constrain_each(xs, [np.random.default_rng(s) for s in seeds],
+                                   include_tp=True, include_gq=True)
+    one_by_one = [model.constrain(x, include_tp=True, include_gq=True,
+                                  rng=np.random.default_rng(s)) for x, s in zip(xs, seeds)]
+    for a, b in zip(at_once, one_by_one):
+        np.testing.assert_array_equal(a, b)
+    counts = np.concatenate([a[:, 2:4] for a in at_once])
+    assert 2.8 < counts.mean() < 3.2  # Poisson(3) draws: sd of the mean 0.016
+    assert len({a[:, 2:4].tobytes() for a in at_once}) == 4  # each chain its own stream

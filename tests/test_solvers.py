@@ -115,3 +115,36 @@ def test_algebraic_solver_model_samples_the_posterior():
     fit = tune_and_sample(model, "ahmc", chains=2, warmup=500, draws=1000, seed=2,
                           progress=False)
     _assert_moments(fit, reference)
+
+
+def test_the_stiff_solver_runs_in_threads_that_never_took_a_gradient(decay_data):
+    """``ode_bdf_tol`` nests autodiff (CVODES' Jacobian) even when the model runs with
+    doubles, so the C layer gives a thread its autodiff tape before it constrains draws
+    or evaluates the log density, not only before gradients: the chains' draws are
+    constrained a chain per thread when a fit is assembled (``constrain_each``), and
+    nutpie runs its chains in threads.  Without the tape this crashed the process."""
+    import threading
+
+    model = StanModel(stan_model_path("ode_decay"), {**decay_data, "solver": 2})
+    rng = np.random.default_rng(3)
+    xs = [np.column_stack([rng.normal(np.log(0.4), 0.1, 50), rng.normal(1.2, 0.1, 50)])
+          for _ in range(4)]
+    seeds = np.random.SeedSequence(1).spawn(4)
+    at_once = model.constrain_each(xs, [np.random.default_rng(s) for s in seeds],
+                                   include_tp=True, include_gq=True)
+    for x, s, got in zip(xs, seeds, at_once):
+        want = model.constrain(x, include_tp=True, include_gq=True,
+                               rng=np.random.default_rng(s))
+        np.testing.assert_array_equal(got, want)
+        k, y0 = np.exp(x[:, :1]), x[:, 1:]  # mu: the closed form, to the solver's tolerance
+        np.testing.assert_allclose(got[:, 2:], y0 * np.exp(-k * decay_data["ts"]),
+                                   rtol=1e-6, atol=1e-8)
+    found = {}
+
+    def density():
+        found["lp"] = model.bridge.log_density(xs[0][0], propto=False)
+
+    thread = threading.Thread(target=density)
+    thread.start()
+    thread.join()
+    assert found["lp"] == model.bridge.log_density(xs[0][0], propto=False)

@@ -9,7 +9,9 @@
 // `new_model`; this file is compiled once per toolchain and linked against every model.
 //
 // Threads: Stan's autodiff tape is thread-local (STAN_THREADS).  Every function that uses
-// autodiff first calls `ensure_ad_tape()`, so it works when first called from any thread.
+// autodiff first calls `ensure_ad_tape()`, so it works when first called from any thread;
+// so does every function that runs the model's code with doubles (log density,
+// write_array), whose stiff ODE and algebraic solvers nest autodiff.
 // Errors: functions return 0 on success and non-zero on failure, with a message in
 // `*error_msg` (allocated with malloc, released by `bs_free_error_msg`) when asked for.
 
@@ -371,6 +373,7 @@ int bs_param_constrain(const bs_model* m, bool include_tp, bool include_gq,
                        const double* theta_unc, double* theta, bs_rng* rng,
                        char** error_msg) {
   return guarded(error_msg, [&] {
+    ensure_ad_tape();  // write_array's stiff ODE and algebraic solvers nest autodiff
     if (include_gq && rng == nullptr) {
       throw std::invalid_argument("an RNG is required to compute generated quantities");
     }
@@ -451,9 +454,9 @@ int bs_param_initialize(const bs_model* m, const char* json, bs_rng* rng,
 int bs_log_density(const bs_model* m, bool propto, bool jacobian,
                    const double* theta_unc, double* lp, char** error_msg) {
   return guarded(error_msg, [&] {
+    ensure_ad_tape();  // also with doubles: stiff ODE and algebraic solvers nest autodiff
     if (propto) {
       // Dropping constants needs autodiff types: with doubles Stan drops every term.
-      ensure_ad_tape();
       stan::math::nested_rev_autodiff nested;
       vector_t<var> x = Eigen::Map<const vector_d>(theta_unc, m->param_unc_num)
                             .cast<var>();
@@ -592,6 +595,7 @@ int ahmc_param_constrain_rows(const bs_model* m, bool include_tp, bool include_g
                               int n_rows, const double* theta_unc, unsigned int seed,
                               double* theta, char** error_msg) {
   return guarded(error_msg, [&] {
+    ensure_ad_tape();  // write_array's stiff ODE and algebraic solvers nest autodiff
     bs_rng rng(seed);
     const int n = m->param_unc_num;
     const int n_out = m->param_num[include_tp][include_gq];

@@ -108,6 +108,34 @@ def _span(x: np.ndarray, g: np.ndarray):
     return gram[:n] @ coef, gram[n:] @ coef, lambda c: a.T @ (coef @ c)
 
 
+#: :func:`_nothing_to_correct`'s relative margin below the bounds it proves, for rounding.
+SHORTCUT_MARGIN = 1e-6
+
+
+def _nothing_to_correct(chol: np.ndarray, cov_x: np.ndarray, cutoff: float) -> bool:
+    """Whether :func:`low_rank_inv_metric` would keep no direction, proved without its
+    two eigendecompositions: S = Cov(∇)⁻¹ # Cov(x) (the geometric mean) is monotone in
+    Cov(x) and ``A # (cB) = √c (A # B)``, so when ``Cov(∇)/c ≼ Cov(x) ≼ c·Cov(∇)`` (the
+    eigenvalues of ``L⁻¹ Cov(x) L⁻ᵀ``, ``Cov(∇) = L Lᵀ``, within [1/c, c]) every
+    eigenvalue of S lies within [1/√c, √c], since ``Cov(∇)⁻¹ # Cov(∇) = I``; with
+    √c < ``cutoff`` none is kept, unless the floor of :data:`AGREEMENT` lifts one, which
+    needs a direction whose draws' variance exceeds ``AGREEMENT·cutoff`` (bounded by
+    Gershgorin's discs, else the largest eigenvalue).  For a Gaussian with a diagonal
+    covariance both covariances, scaled by the diagonal, are the same matrix, so this
+    holds however noisy the window's draws."""
+    bound = cutoff * (1 - SHORTCUT_MARGIN)
+    half = linalg.solve_triangular(chol, cov_x, lower=True)
+    pencil = linalg.solve_triangular(chol, half.T, lower=True)  # L⁻¹ Cov(x) L⁻ᵀ
+    ev = np.linalg.eigvalsh(0.5 * (pencil + pencil.T))
+    if not (ev[0] > bound ** -2 and ev[-1] < bound ** 2):
+        return False
+    floor = AGREEMENT * bound
+    if np.abs(cov_x).sum(axis=1).max() < floor:
+        return True
+    return bool(linalg.eigh(cov_x, eigvals_only=True,
+                            subset_by_index=[len(cov_x) - 1] * 2)[0] < floor)
+
+
 def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
                         gamma: float = 1e-5) -> np.ndarray:
     """Diagonal plus low-rank inverse metric from the window's draws and gradients
@@ -136,6 +164,8 @@ def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.
     cov_g = gq.T @ gq / max(n - 1, 1) + gamma * np.eye(k)
     try:  # S = L⁻ᵀ (Lᵀ Cov(x) L)^½ L⁻¹ = Y Yᵀ with Cov(∇) = L Lᵀ (then S·Cov(∇)·S = Cov(x))
         chol = np.linalg.cholesky(cov_g)
+        if _nothing_to_correct(chol, cov_x, cutoff):
+            return diag
         w, u = np.linalg.eigh(chol.T @ cov_x @ chol)
         y = linalg.solve_triangular(chol, u * np.clip(w, 0, None) ** 0.25, lower=True,
                                     trans="T")
