@@ -1,5 +1,5 @@
 """``tune_and_sample``: run any of our samplers on a Stan model, chains in parallel
-processes, and collect a :class:`~ahmc_stan.fit.Fit`.
+(this process and forked workers), and collect a :class:`~ahmc_stan.fit.Fit`.
 
 A sampler is a function ``run_chain(model, rng, x0, warmup, draws, progress, **options)
 -> ChainResult`` registered in :data:`SAMPLERS`.  Each chain gets its own
@@ -375,6 +375,54 @@ class ChainProgress:
             self.bar.close()
 
 
+@contextlib.contextmanager
+def _blas_in_this_process():
+    """OpenBLAS on one thread in this process for the duration, by its thread count
+    (``blas_cpu_number``) set directly: threadpoolctl's ``limit`` goes through
+    ``openblas_set_num_threads``, which rebuilds the pool a fork shut down, with threads
+    that spin for about 0.1 s, at entry and again at exit (on the next call's chains).
+    Set directly, the pool stays down and OpenBLAS rebuilds it at the next call that
+    asks for threads, as after any fork.  Another BLAS, or an OpenBLAS without the
+    symbol: threadpoolctl's ``limit``."""
+    saved = []
+    for lib in _threadpools().info():
+        if lib.get("user_api") != "blas":
+            continue
+        if lib.get("internal_api") != "openblas":  # MKL, BLIS: threadpoolctl's way
+            saved = None
+            break
+        try:
+            count = ctypes.c_int.in_dll(ctypes.CDLL(lib["filepath"]), "blas_cpu_number")
+        except (OSError, ValueError):
+            saved = None
+            break
+        saved.append((count, count.value))
+    if saved is None:
+        with _threadpools().limit(limits=1, user_api="blas"):
+            yield
+        return
+    for count, _ in saved:
+        count.value = 1
+    try:
+        yield
+    finally:
+        for count, value in saved:
+            count.value = value
+
+
+def _one_blas_thread():
+    """BLAS limited to one thread for a chain, unless it is already (as in
+    :func:`tune_and_sample`, and in a worker): telling OpenBLAS its number of threads
+    rebuilds the pool that a fork shut down, with threads that spin for about 0.1 s
+    (measured: this process's chains 0.15 chain-seconds on Neal's Gaussian instead of
+    0.08 when it ran some of them itself after forking a worker)."""
+    pools = _threadpools()
+    if all(lib.get("num_threads") == 1 for lib in pools.info()
+           if lib.get("user_api") == "blas"):
+        return contextlib.nullcontext()
+    return pools.limit(limits=1, user_api="blas")
+
+
 @functools.lru_cache(maxsize=None)
 def _threadpools():
     """This process's thread pools (BLAS's), found once: the scan takes milliseconds."""
@@ -412,7 +460,7 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
         pool = pool.member(chain)
         options = {**options, "pool_windows": pool}
     try:
-        with _threadpools().limit(limits=1, user_api="blas"):
+        with _one_blas_thread():
             if resume is not None:
                 return run_chain(model, rng, resume, draws, report, **options)
             return run_chain(model, rng, x0, warmup, draws, report, **options)
@@ -525,8 +573,9 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     (:mod:`ahmc_stan.tuning.fast_warmup`; ``metadata["fast_warmup"]`` records it, and
     ``metadata["warmup"]`` the length run).  A ``warmup`` given is run as asked.
 
-    ``parallel``: number of worker processes (``True``/``None``: as many as cores, capped
-    at ``chains``; ``False`` or 1: chains run one after another in this process).
+    ``parallel``: number of chains run at once (``True``/``None``: as many as cores,
+    capped at ``chains``; ``False`` or 1: one after another in this process); this
+    process runs chains too, beside ``parallel - 1`` forked workers.
     ``options`` go to the sampler (for AHMC: ``metric``, ``box``, ``k``,
     ``adapt_during_sampling``, ... — see :mod:`ahmc_stan.samplers.ahmc`).
     ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
@@ -609,10 +658,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
-    # this process's own work (its chains when not in workers, and the decisions between
-    # runs) on arrays of one fit: BLAS threads only contend with the workers and wake
-    # slowly (a lp-gap check took 9-23 ms with OpenBLAS's threads, 3 ms without)
-    with _threadpools().limit(limits=1, user_api="blas"):
+    # this process's own work (its chains, and the decisions between runs) on arrays of
+    # one fit: BLAS threads only contend with the workers and wake slowly (a lp-gap check
+    # took 9-23 ms with OpenBLAS's threads, 3 ms without)
+    with _blas_in_this_process():
         fit = _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius,
                                progress, parallel, deadline, max_seconds, thin, chain_rerun,
                                fast, metric_rerun, extend, output_dir, options)
@@ -1103,17 +1152,18 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         shared = {"fast_warmup": _Inherited(fast)}
     alone = {**options, **shared, **({"pool_windows": None} if "pool_windows" in options
                                      else {})}
-    first = alone
-    if options.get("pool_windows") and chains > 1:
-        first, workers = {**options, **shared, "pool_windows": _Inherited(_window_pool(
-            model, chains, warmup, parallel, options.get("scale_fraction")))}, chains
+    first, in_parent = alone, True
+    if options.get("pool_windows") and chains > 1:  # every chain in a worker of its own
+        first, workers, in_parent = {**options, **shared, "pool_windows": _Inherited(
+            _window_pool(model, chains, warmup, parallel, options.get("scale_fraction")))
+        }, chains, False
 
     def job(c, seed_c, stream, opts=alone):
         return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
                 radius, deadline, stream)
 
     results, interrupted = _execute([job(c, seeds[c], streams[c], first)
-                                     for c in range(chains)], workers)
+                                     for c in range(chains)], workers, in_parent)
     if fast and fast.decision:
         warmup = FAST_WARMUP
     rerun_record = slow_record = None
@@ -1189,9 +1239,13 @@ def _workers(parallel, chains: int) -> int:
     return max(1, min(workers, chains))
 
 
-def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None], bool]:
-    """Run :func:`_run_one` on each job, in ``workers`` processes: the results in job
-    order (``None`` for a chain that did not run) and whether Ctrl-C stopped them."""
+def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
+             ) -> tuple[list[ChainResult | None], bool]:
+    """Run :func:`_run_one` on each job, ``workers`` at a time: the results in job order
+    (``None`` for a chain that did not run) and whether Ctrl-C stopped them.  With
+    ``in_parent`` (and fork) this process is one of the ``workers``
+    (:func:`_share`); otherwise all run in worker processes (the window pool's chains,
+    each in a process of its own)."""
     results: list[ChainResult | None] = [None] * len(jobs)
     if workers == 1 or len(jobs) == 1:
         interrupted = False
@@ -1213,8 +1267,10 @@ def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None],
     # covariates); with spawn, the library is reloaded from the cache.
     fork = os.name == "posix"
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
+    here = fork and in_parent
+    sent = jobs
     if fork:
-        jobs = [(_Inherited(job[0]), *job[1:]) for job in jobs]
+        sent = [(_Inherited(job[0]), *job[1:]) for job in jobs]
         _threadpools()  # scanned once here, inherited: each worker's own scan took 12 ms
     import tqdm.auto  # noqa: F401  (the progress bars': imported once, not in each worker)
 
@@ -1223,12 +1279,63 @@ def _execute(jobs: list[tuple], workers: int) -> tuple[list[ChainResult | None],
     # the middle of a chain, measured on a 10-d normal whose chain takes 10 ms.
     gc.freeze()
     try:
-        with cf.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx,
+        with cf.ProcessPoolExecutor(min(workers, len(jobs)) - here, mp_context=ctx,
                                     initializer=_init_worker) as pool:
-            return _collect(pool, jobs, results)
+            if here:
+                return _share(pool, min(workers, len(jobs)) - 1, jobs, sent, results)
+            return _collect(pool, sent, results)
     finally:
         gc.unfreeze()
         _INHERITED.clear()
+
+
+def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: list
+           ) -> tuple[list, bool]:
+    """:func:`_execute` with this process as one more worker: it runs the first job
+    itself (a fast warmup's deciding chain starts first), the pool's ``n_workers``
+    processes take the next ones (``sent``: the jobs as pickled for them), and each
+    next job goes to whichever is free first.  One fork fewer, and on a model whose
+    chains take milliseconds this process runs most of them while the worker starts.
+    Ctrl-C as in :func:`_execute`: the chains running stop and keep their draws, none
+    starts after it."""
+    pending = list(range(len(jobs)))
+    lock = threading.Lock()
+    futures: dict[int, cf.Future] = {}
+    stopped = False
+
+    def take() -> int | None:
+        with lock:
+            return None if stopped or not pending else pending.pop(0)
+
+    def feed(_=None) -> None:  # a worker is free: it takes the next job
+        c = take()
+        if c is not None:
+            future = pool.submit(_run_one, *sent[c])
+            with lock:
+                futures[c] = future
+            future.add_done_callback(feed)
+
+    interrupted = False
+    c = take()  # taken before the workers take theirs
+    try:
+        try:
+            for _ in range(n_workers):
+                feed()
+            while c is not None:
+                results[c] = _run_one(*jobs[c])
+                if results[c] is None or results[c].interrupted:
+                    interrupted = True  # Ctrl-C or the deadline: no chain starts after it
+                    break
+                c = take()
+        except KeyboardInterrupt:
+            interrupted = True
+    finally:
+        with lock:
+            stopped = True
+    with lock:
+        running = dict(futures)
+    done, interrupted_too = _collect_futures(running, results)
+    return done, interrupted or interrupted_too
 
 
 class _Inherited:
@@ -1253,16 +1360,22 @@ def _inherited(key: int):
 
 def _collect(pool, jobs: list[tuple], results: list) -> tuple[list, bool]:
     """Submit the jobs to ``pool`` and wait: :func:`_execute`'s results."""
+    return _collect_futures({c: pool.submit(_run_one, *job) for c, job in enumerate(jobs)},
+                            results)
+
+
+def _collect_futures(futures: dict[int, cf.Future], results: list) -> tuple[list, bool]:
+    """Wait for the chains ``futures`` (job index → future) and put their results in
+    ``results``; Ctrl-C meanwhile cancels those not started."""
     interrupted = False
-    futures = [pool.submit(_run_one, *job) for job in jobs]
     try:
-        cf.wait(futures)
+        cf.wait(list(futures.values()))
     except KeyboardInterrupt:  # workers got SIGINT too and return what they have
         interrupted = True
-        for f in futures:
+        for f in futures.values():
             f.cancel()
-        cf.wait([f for f in futures if not f.cancelled()])
-    for c, f in enumerate(futures):
+        cf.wait([f for f in futures.values() if not f.cancelled()])
+    for c, f in futures.items():
         if f.cancelled():
             continue
         if f.exception() is not None:

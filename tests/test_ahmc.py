@@ -412,3 +412,31 @@ def test_tail_check_that_finds_nothing_leaves_the_draws_alone(mvn_model):
         np.testing.assert_array_equal(on.sampler_stats[name], off.sampler_stats[name])
     assert [c["tuning_history"] for c in on.metadata["chains"]] == \
         [c["tuning_history"] for c in off.metadata["chains"]]
+
+
+def test_this_process_runs_chains_beside_its_worker(gauss2d, tmp_path):
+    """With two workers this process runs chains itself beside one forked worker
+    (``sampling._share``), each next chain going to whichever is free: the first chain
+    always here (a fast warmup's deciding chain starts first), some in the worker, and
+    the draws those of the chains run one after the other."""
+    import functools
+
+    log = tmp_path / "pids"
+    kw = dict(chains=4, warmup=200, draws=400, seed=3, progress=False, diagnose=False,
+              extend=False, chain_rerun=False, metric_rerun=False)  # one run of 4 chains
+    both = tune_and_sample(gauss2d, parallel=2, callback=functools.partial(_log_pid, log),
+                           **kw)
+    pids = {int(line.split()[0]) for line in log.read_text().splitlines()}
+    assert os.getpid() in pids and len(pids) == 2
+    serial = tune_and_sample(gauss2d, parallel=False, **kw)
+    np.testing.assert_array_equal(both.draws, serial.draws)
+    np.testing.assert_array_equal(both.sampler_stats["step_size"],
+                                  serial.sampler_stats["step_size"])
+
+
+def _log_pid(log, rec):
+    """A chain's callback: this process's id, one line per block, appended (the processes'
+    lines never interleave)."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
