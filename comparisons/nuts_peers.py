@@ -220,9 +220,11 @@ def main(argv=None) -> None:
     for name in models:
         start = time.perf_counter()
         model = load(name)
-        runs = {s: [run_one(model, s, dict(chains=args.chains, warmup=warmup,
-                                           draws=args.draws, seed=seed))
-                    for seed in seeds] for s in samplers}
+        runs = {s: [] for s in samplers}
+        for seed in seeds:  # the samplers in turn at each seed: a slow spell of the shared
+            for s in samplers:  # machine falls on all of them, not on one's seeds
+                runs[s].append(run_one(model, s, dict(chains=args.chains, warmup=warmup,
+                                                      draws=args.draws, seed=seed)))
         rows[name] = {"dims": model.dims, **summarise(runs, peers),
                       "settings": {"chains": args.chains,
                                    "warmup": "own" if args.own_warmup else args.warmup,
