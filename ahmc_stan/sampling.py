@@ -1308,12 +1308,12 @@ def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: 
             return None if stopped or not pending else pending.pop(0)
 
     def feed(_=None) -> None:  # a worker is free: it takes the next job
-        c = take()
-        if c is not None:
-            future = pool.submit(_run_one, *sent[c])
-            with lock:
-                futures[c] = future
-            future.add_done_callback(feed)
+        with lock:  # taken and recorded at once, so the wait below sees every job sent
+            if stopped or not pending:
+                return
+            c = pending.pop(0)
+            future = futures[c] = pool.submit(_run_one, *sent[c])
+        future.add_done_callback(feed)  # (at once, in this thread, if already done)
 
     interrupted = False
     c = take()  # taken before the workers take theirs
@@ -1330,10 +1330,9 @@ def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: 
         except KeyboardInterrupt:
             interrupted = True
     finally:
-        with lock:
+        with lock:  # no job is sent after this: every one sent is in `running`
             stopped = True
-    with lock:
-        running = dict(futures)
+            running = dict(futures)
     done, interrupted_too = _collect_futures(running, results)
     return done, interrupted or interrupted_too
 

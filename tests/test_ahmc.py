@@ -440,3 +440,32 @@ def _log_pid(log, rec):
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.write(fd, f"{os.getpid()}\n".encode())
     os.close(fd)
+
+
+def test_every_chain_sent_to_a_worker_is_waited_for(monkeypatch):
+    """``sampling._share``: a worker that finishes a chain takes the last one while this
+    process finishes its own and stops handing out chains.  Sending takes time (here 50
+    ms; a fork, a pickle); the chain sent must still be waited for and its result kept
+    (it was lost when the chain was taken, then recorded after this process looked)."""
+    import concurrent.futures as cf
+    import threading
+    import types
+
+    from ahmc_stan import sampling
+
+    def one(c):
+        time.sleep(0.02 if c == 0 else 0.001)  # this process's chain 0 ends last
+        return types.SimpleNamespace(interrupted=False, job=c)
+
+    class SlowToSend(cf.ThreadPoolExecutor):
+        def submit(self, fn, *args):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.05)  # sent from a finished worker's callback
+            return super().submit(fn, *args)
+
+    monkeypatch.setattr(sampling, "_run_one", one)
+    with SlowToSend(1) as pool:
+        jobs = [(c,) for c in range(3)]
+        results, interrupted = sampling._share(pool, 1, jobs, jobs, [None] * 3)
+    assert not interrupted
+    assert [getattr(r, "job", None) for r in results] == [0, 1, 2]
