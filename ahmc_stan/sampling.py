@@ -380,7 +380,7 @@ def _blas_in_this_process():
     """OpenBLAS on one thread in this process for the duration, by its thread count
     (``blas_cpu_number``) set directly: threadpoolctl's ``limit`` goes through
     ``openblas_set_num_threads``, which rebuilds the pool a fork shut down, with threads
-    that spin for about 0.1 s, at entry and again at exit (on the next call's chains).
+    that spin, at entry and again at exit (on the next call's chains).
     Set directly, the pool stays down and OpenBLAS rebuilds it at the next call that
     asks for threads, as after any fork.  Another BLAS, or an OpenBLAS without the
     symbol: threadpoolctl's ``limit``."""
@@ -413,9 +413,8 @@ def _blas_in_this_process():
 def _one_blas_thread():
     """BLAS limited to one thread for a chain, unless it is already (as in
     :func:`tune_and_sample`, and in a worker): telling OpenBLAS its number of threads
-    rebuilds the pool that a fork shut down, with threads that spin for about 0.1 s
-    (measured: this process's chains 0.15 chain-seconds on Neal's Gaussian instead of
-    0.08 when it ran some of them itself after forking a worker)."""
+    rebuilds the pool that a fork shut down, with threads that spin, slowing the chains
+    of this process and its workers (README, "AHMC against the best NUTS", stop 65)."""
     pools = _threadpools()
     if all(lib.get("num_threads") == 1 for lib in pools.info()
            if lib.get("user_api") == "blas"):
@@ -659,8 +658,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
     # this process's own work (its chains, and the decisions between runs) on arrays of
-    # one fit: BLAS threads only contend with the workers and wake slowly (a lp-gap check
-    # took 9-23 ms with OpenBLAS's threads, 3 ms without)
+    # one fit: BLAS threads only contend with the workers and wake slowly
     with _blas_in_this_process():
         fit = _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius,
                                progress, parallel, deadline, max_seconds, thin, chain_rerun,
@@ -1271,7 +1269,7 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
     sent = jobs
     if fork:
         sent = [(_Inherited(job[0]), *job[1:]) for job in jobs]
-        _threadpools()  # scanned once here, inherited: each worker's own scan took 12 ms
+        _threadpools()  # scanned once here and inherited, not again in each worker
     import tqdm.auto  # noqa: F401  (the progress bars': imported once, not in each worker)
 
     # The objects a forked worker inherits stay out of its garbage collections, which
