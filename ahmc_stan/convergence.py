@@ -602,8 +602,8 @@ def _check_slow_chain(fit):
     if cols.size == 0:
         return []
     out = []
-    for c, where, ess, ref in slow_chains(fit.params[:, :, cols],
-                                          fit._diagnostics(params_only=True)["ess_bulk"][:k][cols]):
+    pooled = fit._diagnostics(params_only=True)["ess_bulk"][:k][cols]
+    for c, where, ess, ref in slow_chains(fit.params[:, :, cols], pooled):
         names = _names(cols[where], fit)
         listing = ", ".join(f"{n} {e:.3g} (others' median {r:.3g})"
                             for n, e, r in zip(names, ess, ref))

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy.special import ndtri
 
-__all__ = ["diagnostics", "CONVERGENCE_KEYS", "ess_bulk", "ess_tail", "rhat", "mcse_mean", "mcse_sd",
-           "arviz_diagnostics"]
+__all__ = ["diagnostics", "CONVERGENCE_KEYS", "ess_bulk", "ess_tail", "rhat", "mcse_mean",
+           "mcse_sd", "arviz_diagnostics"]
 
 _BLOM = 3 / 8
 KEYS = ("ess_bulk", "ess_tail", "r_hat", "mcse_mean", "mcse_sd")

@@ -1297,7 +1297,7 @@ def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: 
     Ctrl-C as in :func:`_execute`: the chains running stop and keep their draws, none
     starts after it."""
     pending = list(range(len(jobs)))
-    lock = threading.Lock()
+    lock = threading.RLock()
     futures: dict[int, cf.Future] = {}
     stopped = False
 
@@ -1307,9 +1307,9 @@ def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: 
 
     def feed(_=None) -> None:  # a worker is free: it takes the next job
         with lock:  # taken and recorded at once, so the wait below sees every job sent
-            if stopped or not pending:
+            c = take()
+            if c is None:
                 return
-            c = pending.pop(0)
             future = futures[c] = pool.submit(_run_one, *sent[c])
         future.add_done_callback(feed)  # (at once, in this thread, if already done)
 
