@@ -24,8 +24,11 @@ import math
 import multiprocessing
 import numbers
 import os
+import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -449,8 +452,6 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
 
     report.warmup = bar.set_warmup  # a fast warmup shortens the chain
     fast = options.get("fast_warmup")
-    if isinstance(fast, _Inherited):  # run in this process: the object itself
-        fast = _INHERITED[fast.key]
     if hasattr(fast, "member"):  # this chain's side of the fit's decision
         fast = fast.member(chain)
         options = {**options, "fast_warmup": fast}
@@ -1147,14 +1148,13 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     options = {k: v for k, v in options.items() if k != "fast_warmup"}
     if fast:  # the fit's first chain decides the warmup's length for all
         fast = FastWarmup()
-        shared = {"fast_warmup": _Inherited(fast)}
+        shared = {"fast_warmup": fast}
     alone = {**options, **shared, **({"pool_windows": None} if "pool_windows" in options
                                      else {})}
     first, in_parent = alone, True
     if options.get("pool_windows") and chains > 1:  # every chain in a worker of its own
-        first, workers, in_parent = {**options, **shared, "pool_windows": _Inherited(
-            _window_pool(model, chains, warmup, parallel, options.get("scale_fraction")))
-        }, chains, False
+        first, workers, in_parent = {**options, **shared, "pool_windows":
+            _window_pool(model, chains, warmup, parallel, options.get("scale_fraction"))}, chains, False
 
     def job(c, seed_c, stream, opts=alone):
         return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
@@ -1171,7 +1171,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
             opts = alone if not fast else {  # the fit's decision, made again by none
-                **alone, "fast_warmup": _Inherited(FastWarmup(forced=bool(fast.decision)))}
+                **alone, "fast_warmup": FastWarmup(forced=bool(fast.decision))}
             return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
                             _workers(parallel, chains))
 
@@ -1241,35 +1241,26 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
              ) -> tuple[list[ChainResult | None], bool]:
     """Run :func:`_run_one` on each job, ``workers`` at a time: the results in job order
     (``None`` for a chain that did not run) and whether Ctrl-C stopped them.  With
-    ``in_parent`` (and fork) this process is one of the ``workers``
-    (:func:`_share`); otherwise all run in worker processes (the window pool's chains,
-    each in a process of its own)."""
+    ``in_parent`` this process is one of the ``workers`` (:func:`_share`); otherwise all
+    run in worker processes (the window pool's chains, each in a process of its own)."""
     results: list[ChainResult | None] = [None] * len(jobs)
     if workers == 1 or len(jobs) == 1:
         interrupted = False
-        try:
-            for c, job in enumerate(jobs):
-                try:
-                    results[c] = _run_one(*job)
-                except KeyboardInterrupt:
-                    interrupted = True
-                if interrupted or results[c] is None or results[c].interrupted:
-                    interrupted = True  # Ctrl-C: the remaining chains do not start
-                    break
-        finally:  # the jobs' shared objects (:class:`_Inherited`), as after a fork
-            _INHERITED.clear()
+        for c, job in enumerate(jobs):
+            try:
+                results[c] = _run_one(*job)
+            except KeyboardInterrupt:
+                interrupted = True
+            if interrupted or results[c] is None or results[c].interrupted:
+                interrupted = True  # Ctrl-C: the remaining chains do not start
+                break
         return results, interrupted
-    # fork: no `if __name__ == "__main__"` needed in user scripts, and the workers
-    # inherit the model (its library loaded, its data read) instead of building it again
-    # for every chain from its pickle (its arguments: 40 ms for a regression with 500 x 100
-    # covariates); with spawn, the library is reloaded from the cache.
-    fork = os.name == "posix"
-    ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    here = fork and in_parent
-    sent = jobs
-    if fork:
-        sent = [(_Inherited(job[0]), *job[1:]) for job in jobs]
-        _threadpools()  # scanned once here and inherited, not again in each worker
+    workers = min(workers, len(jobs))
+    if os.name != "posix":  # spawn: each job pickled to a pool's process
+        with cf.ProcessPoolExecutor(workers, initializer=_init_worker,
+                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+            return _collect(pool, jobs, results)
+    _threadpools()  # scanned once here and inherited, not again in each worker
     import tqdm.auto  # noqa: F401  (the progress bars': imported once, not in each worker)
 
     # The objects a forked worker inherits stay out of its garbage collections, which
@@ -1277,48 +1268,55 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
     # the middle of a chain, measured on a 10-d normal whose chain takes 10 ms.
     gc.freeze()
     try:
-        with cf.ProcessPoolExecutor(min(workers, len(jobs)) - here, mp_context=ctx,
-                                    initializer=_init_worker) as pool:
-            if here:
-                return _share(pool, min(workers, len(jobs)) - 1, jobs, sent, results)
-            return _collect(pool, sent, results)
+        return _share(jobs, workers - in_parent, in_parent, results)
     finally:
         gc.unfreeze()
-        _INHERITED.clear()
 
 
-def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: list
+#: Where forked workers leave their chains' results for this process (a RAM disk if any).
+_RESULTS_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
            ) -> tuple[list, bool]:
-    """:func:`_execute` with this process as one more worker: it runs the first job
-    itself (a fast warmup's deciding chain starts first), the pool's ``n_workers``
-    processes take the next ones (``sent``: the jobs as pickled for them), and each
-    next job goes to whichever is free first.  One fork fewer, and on a model whose
-    chains take milliseconds this process runs most of them while the worker starts.
-    Ctrl-C as in :func:`_execute`: the chains running stop and keep their draws, none
-    starts after it."""
-    pending = list(range(len(jobs)))
-    lock = threading.RLock()
-    futures: dict[int, cf.Future] = {}
-    stopped = False
+    """:func:`_execute` on ``n_workers`` forked worker processes, with this process one
+    more worker if ``in_parent`` (one fork fewer; on a model whose chains take
+    milliseconds this process runs most of them while its worker starts).  The workers
+    inherit the jobs (the model's library loaded, its data read) and each takes the next
+    job from a shared counter when free, with no round trip through this process, which
+    takes the first job itself (a fast warmup's deciding chain starts first).  A worker
+    leaves each result in a file and says so on its pipe, so it never waits for this
+    process to read.  Ctrl-C: the chains running stop and keep their draws, none starts
+    after it."""
+    ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("i", 0)  # the next job; len(jobs) once stopped
 
     def take() -> int | None:
-        with lock:
-            return None if stopped or not pending else pending.pop(0)
+        with counter.get_lock():
+            c = counter.value
+            if c >= len(jobs):
+                return None
+            counter.value = c + 1
+            return c
 
-    def feed(_=None) -> None:  # a worker is free: it takes the next job
-        with lock:  # taken and recorded at once, so the wait below sees every job sent
-            c = take()
-            if c is None:
-                return
-            future = futures[c] = pool.submit(_run_one, *sent[c])
-        future.add_done_callback(feed)  # (at once, in this thread, if already done)
+    def stop() -> None:
+        with counter.get_lock():
+            counter.value = len(jobs)
 
+    first = take() if in_parent else None  # taken before the workers take theirs
+    folder = tempfile.mkdtemp(prefix="ahmc-chains-", dir=_RESULTS_DIR)
+    pipes: dict[Any, Any] = {}  # this process's end of each worker's pipe → the worker
     interrupted = False
-    c = take()  # taken before the workers take theirs
     try:
         try:
             for _ in range(n_workers):
-                feed()
+                ours, theirs = ctx.Pipe(duplex=False)
+                worker = ctx.Process(target=_pull, args=(jobs, take, theirs, folder),
+                                     name="ahmc-stan chain worker")
+                worker.start()
+                theirs.close()
+                pipes[ours] = worker
+            c = first
             while c is not None:
                 results[c] = _run_one(*jobs[c])
                 if results[c] is None or results[c].interrupted:
@@ -1327,32 +1325,95 @@ def _share(pool, n_workers: int, jobs: list[tuple], sent: list[tuple], results: 
                 c = take()
         except KeyboardInterrupt:
             interrupted = True
+        except BaseException:  # the call fails: the workers' chains are not waited for
+            stop()
+            _end(pipes)
+            raise
+        if interrupted:
+            stop()
+        return results, _gather(pipes, folder, results, stop, interrupted)
     finally:
-        with lock:  # no job is sent after this: every one sent is in `running`
-            stopped = True
-            running = dict(futures)
-    done, interrupted_too = _collect_futures(running, results)
-    return done, interrupted or interrupted_too
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-class _Inherited:
-    """An object a forked worker finds in its copy of the parent's memory: it pickles as
-    its key in :data:`_INHERITED`."""
+def _pull(jobs: list[tuple], take: Callable[[], int | None], pipe, folder: str) -> None:
+    """A forked worker of :func:`_share`: the next job while there is one; for each,
+    ``("start", c)`` on ``pipe``, the result (or the error) pickled to ``folder``, then
+    ``("done", c)``."""
+    _init_worker()
+    try:
+        while not _STOPPED and (c := take()) is not None:
+            pipe.send(("start", c))
+            try:
+                out = (_run_one(*jobs[c]), None)
+            except BaseException as err:  # noqa: BLE001  (raised again in the parent)
+                out = (None, err)
+            path = os.path.join(folder, f"{c}.pickle")
+            try:
+                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as err:  # noqa: BLE001  (an error that does not pickle)
+                data = pickle.dumps((None, RuntimeError(f"chain {c + 1}: {out[1]!r} "
+                                                        f"({err})")))
+            with open(path, "wb") as f:
+                f.write(data)
+            pipe.send(("done", c))
+    finally:
+        pipe.close()
 
-    def __init__(self, obj):
-        self.key = id(obj)
-        _INHERITED[self.key] = obj
 
-    def __reduce__(self):
-        return _inherited, (self.key,)
+def _gather(pipes: dict, folder: str, results: list, stop: Callable[[], None],
+            interrupted: bool) -> bool:
+    """Wait for :func:`_share`'s workers until each has closed its pipe, putting their
+    results in ``results``; whether Ctrl-C came (before, or meanwhile).  A worker's error
+    is raised, as is a worker's death during a chain, unless after Ctrl-C; the other
+    workers' chains are then stopped."""
+    from multiprocessing.connection import wait
+
+    running = dict.fromkeys(pipes)  # each worker's chain, None between chains
+    while running:
+        try:
+            ready = wait(list(running))
+        except KeyboardInterrupt:  # the workers got SIGINT too and return what they have
+            interrupted = True
+            stop()
+            continue
+        for pipe in ready:
+            try:
+                what, c = pipe.recv()
+            except EOFError:  # the worker is gone: done, or died during chain c
+                worker, c = pipes.pop(pipe), running.pop(pipe)
+                pipe.close()
+                if c is None:
+                    threading.Thread(target=worker.join, daemon=True).start()  # reaped
+                    continue
+                worker.join()
+                err = _WorkerDied(f"the worker process running chain {c + 1} died (exit "
+                                  f"code {worker.exitcode})")
+            else:
+                running[pipe] = c if what == "start" else None
+                if what == "start":
+                    continue
+                with open(os.path.join(folder, f"{c}.pickle"), "rb") as f:
+                    results[c], err = pickle.load(f)
+            if err is not None and not (interrupted and isinstance(
+                    err, (KeyboardInterrupt, _WorkerDied))):
+                stop()
+                _end(pipes)
+                raise err
+    return interrupted
 
 
-#: Objects handed to forked workers by reference (:class:`_Inherited`), during a run.
-_INHERITED: dict[int, Any] = {}
+class _WorkerDied(RuntimeError):
+    """A chain's worker process ended during the chain (a crash in native code, a kill)."""
 
 
-def _inherited(key: int):
-    return _INHERITED[key]
+def _end(pipes: dict) -> None:
+    """Stop :func:`_share`'s workers now (the call fails): their chains are lost."""
+    for pipe, worker in pipes.items():
+        worker.terminate()
+    for pipe, worker in pipes.items():
+        worker.join()
+        pipe.close()
 
 
 def _collect(pool, jobs: list[tuple], results: list) -> tuple[list, bool]:

@@ -442,30 +442,47 @@ def _log_pid(log, rec):
     os.close(fd)
 
 
-def test_every_chain_sent_to_a_worker_is_waited_for(monkeypatch):
-    """``sampling._share``: a worker that finishes a chain takes the last one while this
-    process finishes its own and stops handing out chains.  Sending takes time (here 50
-    ms; a fork, a pickle); the chain sent must still be waited for and its result kept
-    (it was lost when the chain was taken, then recorded after this process looked)."""
-    import concurrent.futures as cf
-    import threading
+def _fake_chain(c, sleep=0.0, fail=None):
+    """A stand-in for ``sampling._run_one`` in the tests of ``sampling._share``: sleeps,
+    then returns which process ran chain ``c`` (or fails as ``fail`` says)."""
     import types
 
+    time.sleep(sleep)
+    if fail == "raise":
+        raise ValueError(f"chain {c + 1} failed here")
+    if fail == "die":
+        os._exit(3)
+    return types.SimpleNamespace(interrupted=False, job=c, pid=os.getpid())
+
+
+def test_every_chain_a_worker_takes_is_waited_for(monkeypatch):
+    """``sampling._share``: the forked worker takes each next chain from the shared
+    counter when free, and this process waits for every chain it took, here the last
+    one (100 ms) long after this process finished its own."""
     from ahmc_stan import sampling
 
-    def one(c):
-        time.sleep(0.02 if c == 0 else 0.001)  # this process's chain 0 ends last
-        return types.SimpleNamespace(interrupted=False, job=c)
-
-    class SlowToSend(cf.ThreadPoolExecutor):
-        def submit(self, fn, *args):
-            if threading.current_thread() is not threading.main_thread():
-                time.sleep(0.05)  # sent from a finished worker's callback
-            return super().submit(fn, *args)
-
-    monkeypatch.setattr(sampling, "_run_one", one)
-    with SlowToSend(1) as pool:
-        jobs = [(c,) for c in range(3)]
-        results, interrupted = sampling._share(pool, 1, jobs, jobs, [None] * 3)
+    monkeypatch.setattr(sampling, "_run_one", _fake_chain)
+    jobs = [(0, 0.02), (1, 0.001), (2, 0.001), (3, 0.1)]
+    results, interrupted = sampling._execute(jobs, 2)
     assert not interrupted
-    assert [getattr(r, "job", None) for r in results] == [0, 1, 2]
+    assert [r.job for r in results] == [0, 1, 2, 3]
+    assert results[0].pid == os.getpid() and results[3].pid != os.getpid()
+
+
+def test_a_chain_error_in_a_worker_is_raised_here(monkeypatch):
+    """A chain that raises in a worker raises the same error in this process."""
+    from ahmc_stan import sampling
+
+    monkeypatch.setattr(sampling, "_run_one", _fake_chain)
+    with pytest.raises(ValueError, match="chain 2 failed here"):
+        sampling._execute([(0, 0.2), (1, 0.0, "raise"), (2, 0.0)], 2)
+
+
+def test_a_worker_that_dies_names_its_chain(monkeypatch):
+    """A worker process that ends during a chain (a crash in native code) is an error
+    naming the chain and the exit code, not a chain quietly missing from the fit."""
+    from ahmc_stan import sampling
+
+    monkeypatch.setattr(sampling, "_run_one", _fake_chain)
+    with pytest.raises(RuntimeError, match=r"chain 2 died \(exit code 3\)"):
+        sampling._execute([(0, 0.2), (1, 0.0, "die"), (2, 0.0)], 2)
