@@ -602,8 +602,11 @@ def _check_slow_chain(fit):
     if cols.size == 0:
         return []
     out = []
-    pooled = fit._diagnostics(params_only=True)["ess_bulk"][:k][cols]
-    for c, where, ess, ref in slow_chains(fit.params[:, :, cols], pooled):
+    cache = getattr(fit, "_check_cache", {})  # the draws do not change: computed once
+    if "slow_chains" not in cache:
+        pooled = fit._diagnostics(params_only=True)["ess_bulk"][:k][cols]
+        cache["slow_chains"] = slow_chains(fit.params[:, :, cols], pooled)
+    for c, where, ess, ref in cache["slow_chains"]:
         names = _names(cols[where], fit)
         listing = ", ".join(f"{n} {e:.3g} (others' median {r:.3g})"
                             for n, e, r in zip(names, ess, ref))

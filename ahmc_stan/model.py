@@ -32,6 +32,10 @@ __all__ = ["StanModel", "DensityError"]
 
 DataArg = Mapping[str, Any] | str | os.PathLike | None
 
+#: :meth:`StanModel.constrain_each` uses threads from this many values on (below it,
+#: starting them costs more than they save).
+CONSTRAIN_IN_THREADS = 100_000
+
 
 class DensityError(RuntimeError):
     """The Stan model threw while evaluating the log density (Stan's message inside)."""
@@ -185,7 +189,8 @@ class StanModel:
         one = lambda job: self.constrain(job[0], include_tp=include_tp,  # noqa: E731
                                          include_gq=include_gq, rng=job[1])
         workers = min(len(jobs), os.cpu_count() or 1)
-        if workers < 2 or not self.density.native:
+        if workers < 2 or not self.density.native or \
+                sum(np.size(x) for x in xs) < CONSTRAIN_IN_THREADS:
             return [one(job) for job in jobs]
         from concurrent.futures import ThreadPoolExecutor
 

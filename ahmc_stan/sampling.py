@@ -1273,10 +1273,6 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
         gc.unfreeze()
 
 
-#: Where forked workers leave their chains' results for this process (a RAM disk if any).
-_RESULTS_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
-
-
 def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
            ) -> tuple[list, bool]:
     """:func:`_execute` on ``n_workers`` forked worker processes, with this process one
@@ -1304,7 +1300,9 @@ def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
             counter.value = len(jobs)
 
     first = take() if in_parent else None  # taken before the workers take theirs
-    folder = tempfile.mkdtemp(prefix="ahmc-chains-", dir=_RESULTS_DIR)
+    # (the temporary directory, not /dev/shm: a container's can hold 64 MB, less than
+    # one chain of a large model; a file read back at once stays in the page cache)
+    folder = tempfile.mkdtemp(prefix="ahmc-chains-")
     pipes: dict[Any, Any] = {}  # this process's end of each worker's pipe → the worker
     interrupted = False
     try:

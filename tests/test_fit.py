@@ -421,11 +421,15 @@ def test_integer_generated_quantities_stay_integers_in_arviz():
     np.testing.assert_array_equal(post["positive"].values, (fit.column("mu") > 0))
 
 
-def test_chains_constrained_at_once_equal_one_after_another():
+@pytest.mark.parametrize("threads_from", [0, 10**9])
+def test_chains_constrained_at_once_equal_one_after_another(monkeypatch, threads_from):
     """``StanModel.constrain_each`` (the chains' draws constrained in threads when a fit is
-    assembled) gives each chain exactly what its own call gives, generated quantities'
-    random numbers included, and the same draws again from the same seeds."""
-    from ahmc_stan import StanModel
+    assembled, or one after another below ``CONSTRAIN_IN_THREADS`` values) gives each
+    chain exactly what its own call gives, generated quantities' random numbers included,
+    and the same draws again from the same seeds."""
+    from ahmc_stan import StanModel, model as model_module
+
+    monkeypatch.setattr(model_module, "CONSTRAIN_IN_THREADS", threads_from)
 
     from .conftest import stan_model_path
 

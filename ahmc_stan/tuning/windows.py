@@ -126,6 +126,9 @@ def _nothing_to_correct(chol: np.ndarray, cov_x: np.ndarray, cutoff: float) -> b
     bound = cutoff * (1 - SHORTCUT_MARGIN)
     half = linalg.solve_triangular(chol, cov_x, lower=True)
     pencil = linalg.solve_triangular(chol, half.T, lower=True)  # L⁻¹ Cov(x) L⁻ᵀ
+    ends = np.diagonal(pencil)  # Rayleigh quotients: within the extreme eigenvalues
+    if not (ends.min() > bound ** -2 and ends.max() < bound ** 2):
+        return False
     ev = np.linalg.eigvalsh(0.5 * (pencil + pencil.T))
     if not (ev[0] > bound ** -2 and ev[-1] < bound ** 2):
         return False
