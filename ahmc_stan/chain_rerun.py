@@ -351,15 +351,19 @@ def _geometry(results: Sequence[ChainResult], rows: slice) -> bool:
     return bool(low_ebfmi(np.array([r.stats["energy"][rows] for r in results]))[1].size)
 
 
-def _slow(results: Sequence[ChainResult], rows: slice):
+def _slow(results: Sequence[ChainResult], rows: slice, pooled=None):
     """The diagnosis's slow chains (:func:`~ahmc_stan.convergence.slow_chains`) on the
     unconstrained coordinates of ``rows``, and those coordinates (chains × draws × d),
-    or ``None`` when a draw is not finite."""
+    or ``None`` when a draw is not finite.  ``pooled(x)``: the coordinates' pooled bulk
+    ESS, if not ArviZ's by :func:`~ahmc_stan.rank_diagnostics.ess_bulk`."""
     x = np.array([r.positions[rows] for r in results])
-    return (slow_chains(x), x) if np.isfinite(x).all() else None
+    if not np.isfinite(x).all():
+        return None
+    return slow_chains(x, None if pooled is None else pooled(x)), x
 
 
-def slow_chain_cases(results: Sequence[ChainResult], warmup: int) -> list[dict]:
+def slow_chain_cases(results: Sequence[ChainResult], warmup: int, pooled=None
+                     ) -> list[dict]:
     """The chains of ``results`` that mix far slower than the others by the diagnosis's
     rule (:func:`~ahmc_stan.convergence.slow_chains`, on the unconstrained coordinates of
     the post-warmup draws), each with its donor: of the chains that are not slow, the one
@@ -369,11 +373,11 @@ def slow_chain_cases(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     is concerned, and none where a chain's E-BFMI is low (:func:`_geometry`): anything
     else may be the posterior's, and is left to the diagnosis.
     ``{"chain", "donor", "ess_ratio"}`` each (0-based; the slow chain's smallest ESS
-    ratio to the others' median)."""
+    ratio to the others' median).  ``pooled`` as :func:`_slow` takes it."""
     from .rank_diagnostics import ess_bulk
 
     rows = _common_rows(results, warmup, 3, 20)
-    found = None if rows is None else _slow(results, rows)
+    found = None if rows is None else _slow(results, rows, pooled)
     if not found or not found[0] or _geometry(results, rows):
         return []
     slow, x = found
@@ -442,7 +446,7 @@ def restart_sampling(first: ChainResult, more: ChainResult, donor: ChainResult,
 
 def continue_slow_chains(results: list[ChainResult], warmup: int,
                          resume: Callable[[list[tuple], int], tuple[list, bool]],
-                         progress: bool = False, label: str = ""
+                         progress: bool = False, label: str = "", pooled=None
                          ) -> tuple[list[ChainResult], dict | None]:
     """Sample each slow chain (:func:`slow_chain_cases`) again from its last draw in the
     parameters (step size, number of steps, metric) of the chain that mixes best, its
@@ -458,10 +462,12 @@ def continue_slow_chains(results: list[ChainResult], warmup: int,
     their warmup with Stan's diagonal far below a collinear pair's variance, or with a
     step size cut by a false tail find, and keep R-hat above 1.01 through twice the draws
     (README, "Slow chains").  Returns the chains and a record for
-    ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow)."""
+    ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow).  ``pooled`` as
+    :func:`_slow` takes it."""
     results, runs, tried = list(results), [], set()
     for round_ in range(1, RERUN_ATTEMPTS + 1):
-        cases = [k for k in slow_chain_cases(results, warmup) if k["chain"] not in tried]
+        cases = [k for k in slow_chain_cases(results, warmup, pooled)
+                 if k["chain"] not in tried]
         if not cases:
             break
         ids = [k["chain"] + 1 for k in cases]

@@ -1177,6 +1177,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
+    judged: dict = {}  # the slow-chain rule's draws and their diagnostics, if kept
     if finished and sampler in CONTINUATIONS:  # a rerun is adopted only when finished
         def resume(starts, round_):  # each (chain, the finished chain it continues)
             key = [seed, SLOW_SEED_KEY] + ([round_] if round_ > 1 else [])
@@ -1184,8 +1185,9 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                                     np.random.SeedSequence(key).spawn(chains), draws,
                                     progress, options, deadline, parallel)
 
-        results, slow_record = continue_slow_chains(results, warmup, resume, progress,
-                                                    label=sampler)
+        results, slow_record = continue_slow_chains(
+            results, warmup, resume, progress, label=sampler,
+            pooled=functools.partial(_pooled_ess, model, judged))
     done = [r for r in results if r is not None]
     for c, r in enumerate(results):
         if r is not None:
@@ -1199,6 +1201,9 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         raise KeyboardInterrupt("interrupted before any chain produced a draw")
     fit = _assemble(model, sampler, done, seed, warmup, draws, options,
                     interrupted or len(done) < chains, thin)
+    if judged and judged["x"].shape == fit.params.shape and \
+            np.array_equal(judged["x"], fit.params):  # the same draws: the same values
+        fit._param_diag_cache = judged["diagnostics"]
     if fast:
         fit.metadata["fast_warmup"] = fast.note()
     fit._chain_results = done  # the raw chains, which :func:`_extend` continues
@@ -1210,6 +1215,21 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         fit.metadata["out_of_time"] = True
         fit.metadata["max_seconds"] = float(max_seconds)
     return fit
+
+
+def _pooled_ess(model: StanModel, judged: dict, x: np.ndarray) -> np.ndarray:
+    """The slow-chain rule's pooled bulk ESS of the unconstrained draws ``x``.  Where the
+    model's parameters are these coordinates themselves
+    (:attr:`~ahmc_stan.model.StanModel.constrains_to_itself`), the decisions after it
+    judge the same draws by the same ESS, tail ESS and R-hat: all three are computed
+    here (sharing the ranks) and kept in ``judged``, for the fit whose parameters turn
+    out equal to ``x``."""
+    from .rank_diagnostics import CONVERGENCE_KEYS, diagnostics, ess_bulk
+
+    if not model.constrains_to_itself:
+        return ess_bulk(x)
+    judged.update(x=x, diagnostics=diagnostics(x, CONVERGENCE_KEYS))
+    return judged["diagnostics"]["ess_bulk"]
 
 
 def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fraction):

@@ -486,3 +486,23 @@ def test_a_worker_that_dies_names_its_chain(monkeypatch):
     monkeypatch.setattr(sampling, "_run_one", _fake_chain)
     with pytest.raises(RuntimeError, match=r"chain 2 died \(exit code 3\)"):
         sampling._execute([(0, 0.2), (1, 0.0, "die"), (2, 0.0)], 2)
+
+
+def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_model,
+                                                         monkeypatch):
+    """Where the parameters are the unconstrained coordinates themselves (an unbounded
+    vector), the slow-chain rule's bulk ESS, tail ESS and R-hat of the draws are kept for
+    the fit, and equal what the fit computes on its own; a model with bounds is judged
+    not to constrain to itself, and its fit computes its own."""
+    from ahmc_stan import rank_diagnostics
+
+    assert gauss2d.constrains_to_itself and not constrained_model.constrains_to_itself
+    kw = dict(chains=4, warmup=300, draws=300, seed=4, progress=False, diagnose=False,
+              metric_rerun=False, extend=False)
+    fit = tune_and_sample(gauss2d, **kw)
+    kept = fit._param_diag_cache
+    assert kept is not None
+    fresh = rank_diagnostics.diagnostics(fit.params, rank_diagnostics.CONVERGENCE_KEYS)
+    for key in rank_diagnostics.CONVERGENCE_KEYS:
+        np.testing.assert_array_equal(kept[key], fresh[key])
+    assert tune_and_sample(constrained_model, **kw)._param_diag_cache is None
