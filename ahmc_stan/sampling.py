@@ -1153,8 +1153,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                                      else {})}
     first, in_parent = alone, True
     if options.get("pool_windows") and chains > 1:  # every chain in a worker of its own
-        first, workers, in_parent = {**options, **shared, "pool_windows":
-            _window_pool(model, chains, warmup, parallel, options.get("scale_fraction"))}, chains, False
+        pool = _window_pool(model, chains, warmup, parallel, options.get("scale_fraction"))
+        first, workers, in_parent = {**options, **shared, "pool_windows": pool}, chains, False
 
     def job(c, seed_c, stream, opts=alone):
         return (model, sampler, c, seed_c, inits[c], warmup, draws, progress, opts,
@@ -1276,6 +1276,10 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
                 break
         return results, interrupted
     workers = min(workers, len(jobs))
+    # fork: no `if __name__ == "__main__"` needed in user scripts, and the workers
+    # inherit the model (its library loaded, its data read) instead of building it again
+    # for every chain from its pickle (its arguments: 40 ms for a regression with 500 x 100
+    # covariates); with spawn, the library is reloaded from the cache.
     if os.name != "posix":  # spawn: each job pickled to a pool's process
         with cf.ProcessPoolExecutor(workers, initializer=_init_worker,
                                     mp_context=multiprocessing.get_context("spawn")) as pool:
