@@ -354,8 +354,8 @@ def _geometry(results: Sequence[ChainResult], rows: slice) -> bool:
 def _slow(results: Sequence[ChainResult], rows: slice, pooled=None):
     """The diagnosis's slow chains (:func:`~ahmc_stan.convergence.slow_chains`) on the
     unconstrained coordinates of ``rows``, and those coordinates (chains × draws × d),
-    or ``None`` when a draw is not finite.  ``pooled(x)``: the coordinates' pooled bulk
-    ESS, if not ArviZ's by :func:`~ahmc_stan.rank_diagnostics.ess_bulk`."""
+    or ``None`` when a draw is not finite.  ``pooled(x)`` gives the coordinates' pooled
+    bulk ESS (default :func:`~ahmc_stan.rank_diagnostics.ess_bulk`)."""
     x = np.array([r.positions[rows] for r in results])
     if not np.isfinite(x).all():
         return None
