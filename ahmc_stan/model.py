@@ -17,6 +17,7 @@ proposal there is rejected.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import warnings
@@ -155,21 +156,18 @@ class StanModel:
         """Names of the unconstrained coordinates."""
         return _names(self.bridge.param_unc_names())
 
-    @property
+    @functools.cached_property
     def constrains_to_itself(self) -> bool:
         """Whether the parameters are the unconstrained coordinates themselves, value for
         value (no declared bounds or structure: ``vector[n] x``), judged once on a random
         point: a transform (``exp``, a simplex's, ...) moves it."""
-        if "_to_itself" not in self.__dict__:
-            same = False
-            if self.dims and len(self.param_names()) == self.dims:
-                u = np.random.default_rng(0).standard_normal(self.dims)
-                try:
-                    same = bool(np.array_equal(self.constrain(u), u))
-                except Exception:  # noqa: BLE001  (a point the model rejects: not judged)
-                    same = False
-            self.__dict__["_to_itself"] = same
-        return self.__dict__["_to_itself"]
+        if not self.dims or len(self.param_names()) != self.dims:
+            return False
+        u = np.random.default_rng(0).standard_normal(self.dims)
+        try:
+            return bool(np.array_equal(self.constrain(u), u))
+        except Exception:  # noqa: BLE001  (a point the model rejects: not judged)
+            return False
 
     def constrain(self, x: np.ndarray, *, include_tp: bool = False,
                   include_gq: bool = False, rng: np.random.Generator | int | None = None
