@@ -58,22 +58,22 @@ def _split(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[:, :, :half], x[:, :, x.shape[2] - half:]], axis=1)
 
 
-def _ties(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where sorted rows hold ties: the flat indices of the tied positions and each one's
-    rank, the mean of its tie's ranks (1-based, within its row)."""
+def _ties(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where sorted rows hold ties: the flat indices of the tied positions, each one's
+    tie (0, 1, ... in flat order) and each tie's rank, the mean of its ranks (1-based,
+    within its row).  Only the tied positions are indexed (a rejected proposal repeats a
+    draw: a sixth of them, say)."""
     k, n = ordered.shape
-    starts = np.ones((k, n), bool)
-    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts[:, 1:])
-    if starts.all():
-        return np.zeros(0, np.intp), np.zeros(0)
-    first = np.flatnonzero(starts)  # each row starts a run, so no run spans two rows
-    length = np.diff(np.append(first, k * n))
-    tie = length > 1
-    first, length = first[tie], length[tie]
-    column = first % n
-    mean_rank = 0.5 * (column + 1 + column + length)  # a tie spans ranks column+1 .. column+length
-    offset = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
-    return np.repeat(first, length) + offset, np.repeat(mean_rank, length)
+    same = np.zeros((k, n + 1), bool)  # same[:, i]: position i equals position i - 1
+    np.equal(ordered[:, 1:], ordered[:, :-1], out=same[:, 1:n])
+    tied = np.flatnonzero(same[:, :n] | same[:, 1:])  # equal to its left or right
+    if tied.size == 0:
+        return tied, tied, np.zeros(0)
+    first = ~same[:, :n].ravel()[tied]  # a tie's first position
+    tie = np.cumsum(first) - 1
+    column = tied[first] % n  # no tie spans two rows: a row's first position starts one
+    length = np.bincount(tie)
+    return tied, tie, 0.5 * (column + 1 + column + length)  # ranks column+1 .. column+length
 
 
 def _sorted(rows: np.ndarray, kind: str = "quicksort") -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +90,8 @@ def _rank_transform(order: np.ndarray, ordered: np.ndarray, f=lambda ranks: rank
     ``f`` of their mean rank."""
     k, n = ordered.shape
     values = np.tile(f(np.arange(1.0, n + 1.0)), k)
-    tied, mean_rank = _ties(ordered)
-    values[tied] = f(mean_rank)
+    tied, tie, mean_rank = _ties(ordered)
+    values[tied] = f(mean_rank)[tie]
     out = np.empty((k, n))
     np.put_along_axis(out, order, values.reshape(k, n), axis=1)
     return out
