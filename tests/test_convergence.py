@@ -242,6 +242,12 @@ def test_tail_rejections_within_strata():
     (f,) = tail_rejections(x, rej, strata=large)
     assert (f.side, f.rate) == ("low", pytest.approx(0.9))
     assert (f.ratio, f.mid_rate) == (pytest.approx(3.0), pytest.approx(0.3))
+    # the transitions in any order: the same finding, and the draws left as they were
+    order = np.random.default_rng(0).permutation(400)
+    shuffled = x[order]
+    (g,) = tail_rejections(shuffled, rej[order], strata=large[order])
+    assert g._replace(ratio=pytest.approx(f.ratio)) == f
+    assert np.array_equal(shuffled, x[order])
 
 
 def test_tail_rejection_only_for_samplers_that_record_energy():
