@@ -351,18 +351,18 @@ def _geometry(results: Sequence[ChainResult], rows: slice) -> bool:
     return bool(low_ebfmi(np.array([r.stats["energy"][rows] for r in results]))[1].size)
 
 
-def _slow(results: Sequence[ChainResult], rows: slice, pooled=None):
+def _slow(results: Sequence[ChainResult], rows: slice, rule=None):
     """The diagnosis's slow chains (:func:`~ahmc_stan.convergence.slow_chains`) on the
     unconstrained coordinates of ``rows``, and those coordinates (chains × draws × d),
-    or ``None`` when a draw is not finite.  ``pooled(x)`` gives the coordinates' pooled
-    bulk ESS (default :func:`~ahmc_stan.rank_diagnostics.ess_bulk`)."""
+    or ``None`` when a draw is not finite.  ``rule(x)``, if given, applies that rule to
+    the coordinates (the caller's way to keep what it computes on them)."""
     x = np.array([r.positions[rows] for r in results])
     if not np.isfinite(x).all():
         return None
-    return slow_chains(x, None if pooled is None else pooled(x)), x
+    return (slow_chains if rule is None else rule)(x), x
 
 
-def slow_chain_cases(results: Sequence[ChainResult], warmup: int, pooled=None
+def slow_chain_cases(results: Sequence[ChainResult], warmup: int, rule=None
                      ) -> list[dict]:
     """The chains of ``results`` that mix far slower than the others by the diagnosis's
     rule (:func:`~ahmc_stan.convergence.slow_chains`, on the unconstrained coordinates of
@@ -373,11 +373,11 @@ def slow_chain_cases(results: Sequence[ChainResult], warmup: int, pooled=None
     is concerned, and none where a chain's E-BFMI is low (:func:`_geometry`): anything
     else may be the posterior's, and is left to the diagnosis.
     ``{"chain", "donor", "ess_ratio"}`` each (0-based; the slow chain's smallest ESS
-    ratio to the others' median).  ``pooled`` as :func:`_slow` takes it."""
+    ratio to the others' median).  ``rule`` as :func:`_slow` takes it."""
     from .rank_diagnostics import ess_bulk
 
     rows = _common_rows(results, warmup, 3, 20)
-    found = None if rows is None else _slow(results, rows, pooled)
+    found = None if rows is None else _slow(results, rows, rule)
     if not found or not found[0] or _geometry(results, rows):
         return []
     slow, x = found
@@ -446,7 +446,7 @@ def restart_sampling(first: ChainResult, more: ChainResult, donor: ChainResult,
 
 def continue_slow_chains(results: list[ChainResult], warmup: int,
                          resume: Callable[[list[tuple], int], tuple[list, bool]],
-                         progress: bool = False, label: str = "", pooled=None
+                         progress: bool = False, label: str = "", rule=None
                          ) -> tuple[list[ChainResult], dict | None]:
     """Sample each slow chain (:func:`slow_chain_cases`) again from its last draw in the
     parameters (step size, number of steps, metric) of the chain that mixes best, its
@@ -462,11 +462,11 @@ def continue_slow_chains(results: list[ChainResult], warmup: int,
     their warmup with Stan's diagonal far below a collinear pair's variance, or with a
     step size cut by a false tail find, and keep R-hat above 1.01 through twice the draws
     (README, "Slow chains").  Returns the chains and a record for
-    ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow).  ``pooled`` as
+    ``fit.metadata["slow_chains"]`` (``None`` when no chain was slow).  ``rule`` as
     :func:`_slow` takes it."""
     results, runs, tried = list(results), [], set()
     for round_ in range(1, RERUN_ATTEMPTS + 1):
-        cases = [k for k in slow_chain_cases(results, warmup, pooled)
+        cases = [k for k in slow_chain_cases(results, warmup, rule)
                  if k["chain"] not in tried]
         if not cases:
             break

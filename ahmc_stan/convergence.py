@@ -594,6 +594,14 @@ def slow_chains(x: np.ndarray, pooled: np.ndarray | None = None) -> list[tuple]:
     return out
 
 
+def seed_slow_chains(fit, found: list[tuple]) -> None:
+    """Hand ``fit``'s slow-chain check the finding of :func:`slow_chains` on its
+    parameters' draws with their own pooled bulk ESS, which the sampler's slow-chain rule
+    computed on the same draws: the check's own inputs where every column varies."""
+    if fit.n_params and _varying(fit).all():
+        fit._check_cache["slow_chains"] = found
+
+
 def _check_slow_chain(fit):
     k, chains = fit.n_params, fit.chains
     if k == 0 or chains < 3 or fit.n_draws < 20:

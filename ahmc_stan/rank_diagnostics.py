@@ -193,30 +193,46 @@ def _by_column(values: np.ndarray) -> np.ndarray:
 
 def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
     """``compute`` on the valid columns of ``x`` (:func:`_valid`), nan elsewhere;
-    :data:`BLOCK` columns at a time in threads (:func:`_in_blocks`)."""
+    in blocks of columns in threads (:func:`_in_blocks`)."""
     ok = _valid(x, min_chains)
     out = np.full(x.shape[0], np.nan)
     if ok.any():
         y = x[ok]
 
-        def block(start: int) -> np.ndarray:
+        def block(start: int, stop: int) -> np.ndarray:
             with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-                return compute(y[start:start + BLOCK])
+                return compute(y[start:stop])
 
         out[ok] = np.concatenate(_in_blocks(block, y.shape[0]))
     return out
 
 
+def _blocks(n_columns: int, threads: int) -> list[tuple[int, int]]:
+    """(start, stop) of blocks of at most :data:`BLOCK` columns, as many per thread and
+    of equal size to a column (100 columns in two threads: four of 25, not 32, 32, 32
+    and 4, which leave one thread 64 columns and the other 36); a block has at least
+    :data:`MIN_BLOCK` columns, so that a few columns stay in one block."""
+    if n_columns <= 0:
+        return []
+    per_round = max(1, threads)
+    count = per_round * -(-n_columns // (per_round * BLOCK))
+    count = max(1, min(count, n_columns // MIN_BLOCK))
+    edges = [n_columns * i // count for i in range(count + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
 def _in_blocks(block, n_columns: int) -> list:
-    """``block(start)`` for the blocks of :data:`BLOCK` columns that start at 0, BLOCK,
-    ... below ``n_columns``, in :func:`_threads` threads when there are several blocks
-    (numpy's sorts, transforms and ufuncs release the GIL)."""
-    starts = range(0, n_columns, BLOCK)
-    workers = min(_threads(), len(starts))
+    """``block(start, stop)`` for the column blocks of :func:`_blocks`, in :func:`_threads`
+    threads when there are several (numpy's sorts, transforms and ufuncs release the
+    GIL).  Every statistic is computed column by column, so the blocks do not change a
+    value."""
+    threads = _threads()
+    blocks = _blocks(n_columns, threads)
+    workers = min(threads, len(blocks))
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(block, starts))
-    return [block(start) for start in starts]
+            return list(pool.map(lambda b: block(*b), blocks))
+    return [block(*b) for b in blocks]
 
 
 def _quantile_ess(x: np.ndarray, prob: float, ordered: np.ndarray) -> np.ndarray:
@@ -322,9 +338,13 @@ def _threads() -> int:
     return max(1, min(cores, MAX_THREADS))
 
 
-#: Columns per block in :func:`diagnostics`, so that a block's temporaries stay in the
-#: caches (measured faster than all columns at once from a few hundred columns on).
+#: At most this many columns per block in :func:`diagnostics`, so that a block's
+#: temporaries stay in the caches (measured faster than all columns at once from a few
+#: hundred columns on) ...
 BLOCK = 32
+#: ... and at least this many, unless there are fewer (a thread per block of one or two
+#: columns costs more than it saves).
+MIN_BLOCK = 8
 
 
 #: The three that convergence is judged by (the MCSEs are left out where only these serve).
@@ -334,14 +354,14 @@ CONVERGENCE_KEYS = ("ess_bulk", "ess_tail", "r_hat")
 def diagnostics(values: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
     """Those of the five named in ``keys`` (default all) of a ``(chain, draw, column)``
     array: ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split
-    and the normal scores shared), :data:`BLOCK` columns at a time; nan where ArviZ gives
+    and the normal scores shared), in blocks of columns (:func:`_blocks`); nan where ArviZ gives
     nan, without warnings."""
     values = np.asarray(values, dtype=float)
     keys = tuple(k for k in KEYS if k in keys)
 
-    def block(start: int) -> dict[str, np.ndarray]:
+    def block(start: int, stop: int) -> dict[str, np.ndarray]:
         with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-            return _diagnostics_block(_by_column(values[:, :, start:start + BLOCK]), keys)
+            return _diagnostics_block(_by_column(values[:, :, start:stop]), keys)
 
     blocks = _in_blocks(block, values.shape[2])
     return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in keys}

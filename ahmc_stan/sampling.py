@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .chain_rerun import continue_slow_chains, last_state, rerun_stray_chains
+from .convergence import seed_slow_chains, slow_chains
 from .fit import Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
@@ -1187,7 +1188,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
 
         results, slow_record = continue_slow_chains(
             results, warmup, resume, progress, label=sampler,
-            pooled=functools.partial(_pooled_ess, model, judged))
+            rule=functools.partial(_slow_rule, model, judged))
     done = [r for r in results if r is not None]
     for c, r in enumerate(results):
         if r is not None:
@@ -1204,6 +1205,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     if judged and judged["x"].shape == fit.params.shape and \
             np.array_equal(judged["x"], fit.params):  # the same draws: the same values
         fit._param_diag_cache = judged["diagnostics"]
+        seed_slow_chains(fit, judged["slow_chains"])
     if fast:
         fit.metadata["fast_warmup"] = fast.note()
     fit._chain_results = done  # the raw chains, which :func:`_extend` continues
@@ -1217,19 +1219,21 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     return fit
 
 
-def _pooled_ess(model: StanModel, judged: dict, x: np.ndarray) -> np.ndarray:
-    """The slow-chain rule's pooled bulk ESS of the unconstrained draws ``x``.  Where the
-    model's parameters are these coordinates themselves
-    (:attr:`~ahmc_stan.model.StanModel.constrains_to_itself`), the decisions after it
-    judge the same draws by the same ESS, tail ESS and R-hat: all three are computed
-    here (sharing the ranks) and kept in ``judged``, for the fit whose parameters turn
-    out equal to ``x``."""
+def _slow_rule(model: StanModel, judged: dict, x: np.ndarray) -> list[tuple]:
+    """The slow-chain rule (:func:`~ahmc_stan.convergence.slow_chains`) on the
+    unconstrained draws ``x``.  Where the model's parameters are these coordinates
+    themselves (:attr:`~ahmc_stan.model.StanModel.constrains_to_itself`), the decisions
+    after it judge the same draws by the same ESS, tail ESS and R-hat, and the diagnosis
+    applies the same rule: all three are computed here (sharing the ranks) and kept in
+    ``judged`` with the rule's finding, for the fit whose parameters turn out equal to
+    ``x``."""
     from .rank_diagnostics import CONVERGENCE_KEYS, diagnostics, ess_bulk
 
     if not model.constrains_to_itself:
-        return ess_bulk(x)
+        return slow_chains(x, ess_bulk(x))
     judged.update(x=x, diagnostics=diagnostics(x, CONVERGENCE_KEYS))
-    return judged["diagnostics"]["ess_bulk"]
+    judged["slow_chains"] = slow_chains(x, judged["diagnostics"]["ess_bulk"])
+    return judged["slow_chains"]
 
 
 def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fraction):

@@ -491,18 +491,21 @@ def test_a_worker_that_dies_names_its_chain(monkeypatch):
 def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_model,
                                                          monkeypatch):
     """Where the parameters are the unconstrained coordinates themselves (an unbounded
-    vector), the slow-chain rule's bulk ESS, tail ESS and R-hat of the draws are kept for
-    the fit, and equal what the fit computes on its own; a model with bounds is judged
-    not to constrain to itself, and its fit computes its own."""
-    from ahmc_stan import rank_diagnostics
+    vector), the slow-chain rule's bulk ESS, tail ESS and R-hat of the draws, and its
+    finding, are kept for the fit, and equal what the fit computes on its own; a model
+    with bounds is judged not to constrain to itself, and its fit computes its own."""
+    from ahmc_stan import convergence, rank_diagnostics
 
     assert gauss2d.constrains_to_itself and not constrained_model.constrains_to_itself
     kw = dict(chains=4, warmup=300, draws=300, seed=4, progress=False, diagnose=False,
               metric_rerun=False, extend=False)
     fit = tune_and_sample(gauss2d, **kw)
     kept = fit._param_diag_cache
-    assert kept is not None
+    assert kept is not None and "slow_chains" in fit._check_cache
     fresh = rank_diagnostics.diagnostics(fit.params, rank_diagnostics.CONVERGENCE_KEYS)
     for key in rank_diagnostics.CONVERGENCE_KEYS:
         np.testing.assert_array_equal(kept[key], fresh[key])
-    assert tune_and_sample(constrained_model, **kw)._param_diag_cache is None
+    found = convergence.slow_chains(fit.params, fresh["ess_bulk"])
+    assert repr(fit._check_cache["slow_chains"]) == repr(found)
+    other = tune_and_sample(constrained_model, **kw)
+    assert other._param_diag_cache is None and "slow_chains" not in other._check_cache

@@ -529,7 +529,7 @@ def test_tune_and_sample_continues_a_slow_chain_in_its_donors_parameters(mvn_mod
     def fits(parallel):
         calls = []
 
-        def named(results, warmup, pooled=None):
+        def named(results, warmup, rule=None):
             calls.append(len(results))
             return [{"chain": 1, "donor": 3, "ess_ratio": 0.1}]
         monkeypatch.setattr(chain_rerun, "slow_chain_cases", named)

@@ -60,6 +60,29 @@ def test_ranks_equal_scipys_with_ties():
                                       stats.rankdata(rows[r], method="average"))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_blocks_change_no_value(monkeypatch, threads):
+    """The columns split into blocks (in threads) or not: the same values, bit for bit;
+    the blocks cover every column once, at most ``BLOCK`` each, as evenly as they can."""
+    x = np.concatenate([awkward_draws(np.random.default_rng(s), 4, 200) for s in range(5)],
+                       axis=2)  # 70 columns
+    monkeypatch.setattr(rd, "_threads", lambda: 1)
+    monkeypatch.setattr(rd, "BLOCK", 10 ** 6)
+    whole = rd.diagnostics(x)
+    monkeypatch.undo()
+    monkeypatch.setattr(rd, "_threads", lambda: threads)
+    for key, value in rd.diagnostics(x).items():
+        np.testing.assert_array_equal(value, whole[key], err_msg=key)
+    np.testing.assert_array_equal(rd.ess_bulk(x), whole["ess_bulk"])
+    for n in (1, 7, 8, 16, 33, 70, 100, 1003):
+        blocks = rd._blocks(n, threads)
+        sizes = [stop - start for start, stop in blocks]
+        assert [start for start, _ in blocks] == [0, *np.cumsum(sizes)[:-1]]
+        assert sum(sizes) == n and max(sizes) <= rd.BLOCK and max(sizes) - min(sizes) <= 1
+        assert len(blocks) == 1 or min(sizes) >= rd.MIN_BLOCK
+        assert len(blocks) % threads == 0 or len(blocks) == max(1, n // rd.MIN_BLOCK)
+
+
 def test_no_columns():
     out = rd.diagnostics(np.zeros((4, 100, 0)))
     assert all(v.shape == (0,) for v in out.values())
