@@ -116,7 +116,8 @@ class Fit:
         statistics (:data:`~ahmc_stan.costs.COST_STATS`), entries given here override.
     cost_units : kind → cost of one evaluation in gradients (``gradient`` is 1); what
         converts the evaluations into gradient-equivalents.
-    time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown).
+    time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown); our
+        samplers' are each chain's CPU seconds (:func:`~ahmc_stan.samplers.chain.chain_clock`).
     sampler : the sampler's name (``"nuts"`` for CmdStan's NUTS).
     metadata : JSON-serialisable dict (numpy arrays and scalars are allowed too).
     incomplete : True if the run was interrupted and the draws are a prefix.
@@ -346,8 +347,22 @@ class Fit:
                                                       CONVERGENCE_KEYS)
             return self._param_diag_cache
         if self._diag_cache is None:
-            self._diag_cache = _diagnostics(self.draws)
+            self._diag_cache = self._all_diagnostics()
         return self._diag_cache
+
+    def _all_diagnostics(self) -> dict[str, np.ndarray]:
+        """:func:`_diagnostics` of every column; those of the parameters-block columns
+        already computed (:meth:`_diagnostics` with ``params_only``) are kept, not
+        computed again (each column's are its own, whatever the others)."""
+        from .rank_diagnostics import KEYS
+
+        kept, k = self._param_diag_cache, self.n_params
+        if kept is None or k == 0:
+            return _diagnostics(self.draws)
+        params = _diagnostics(self.draws[:, :, :k], [key for key in KEYS if key not in kept])
+        rest = _diagnostics(self.draws[:, :, k:])
+        return {key: np.concatenate([kept[key] if key in kept else params[key], rest[key]])
+                for key in KEYS}
 
     def summary(self) -> "pandas.DataFrame":  # noqa: F821
         """Per-column mean, sd, MCSE, bulk/tail ESS and rank-normalised split R-hat
@@ -363,12 +378,16 @@ class Fit:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
+        if flat.shape[0]:  # each column's draws sorted in a row (along axis 0, three times
+            rows = np.array(flat.T, order="C")  # slower: it partitions strided columns)
+            rows.sort(axis=1)
+            q = np.quantile(rows, [0.05, 0.5, 0.95], axis=1)
+        else:
+            q = np.full((3, flat.shape[1]), np.nan)
         return pd.DataFrame({
             "mean": flat.mean(axis=0), "sd": sd, "mcse_mean": d["mcse_mean"],
             "mcse_sd": d["mcse_sd"], "ess_bulk": d["ess_bulk"], "ess_tail": d["ess_tail"],
-            "r_hat": d["r_hat"],
-            **{f"{q}%": (np.quantile(flat, q / 100, axis=0) if flat.shape[0] else
-                         np.full(flat.shape[1], np.nan)) for q in (5, 50, 95)},
+            "r_hat": d["r_hat"], "5%": q[0], "50%": q[1], "95%": q[2],
         }, index=pd.Index(self.param_names, name="param"))
 
     def efficiency(self) -> dict[str, float]:

@@ -342,8 +342,8 @@ def _threads() -> int:
 #: temporaries stay in the caches (measured faster than all columns at once from a few
 #: hundred columns on) ...
 BLOCK = 32
-#: ... and at least this many, unless there are fewer (a thread per block of one or two
-#: columns costs more than it saves).
+#: ... and at least this many, unless there are fewer (two threads on four columns each
+#: were measured no faster than one thread on the eight).
 MIN_BLOCK = 8
 
 
@@ -354,8 +354,8 @@ CONVERGENCE_KEYS = ("ess_bulk", "ess_tail", "r_hat")
 def diagnostics(values: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
     """Those of the five named in ``keys`` (default all) of a ``(chain, draw, column)``
     array: ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split
-    and the normal scores shared), in blocks of columns (:func:`_blocks`); nan where ArviZ gives
-    nan, without warnings."""
+    and the normal scores shared), in blocks of columns (:func:`_blocks`); nan where
+    ArviZ gives nan, without warnings."""
     values = np.asarray(values, dtype=float)
     keys = tuple(k for k in KEYS if k in keys)
 
@@ -372,7 +372,8 @@ def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
     ok = _valid(x, 1)
     if ok.any():
         y = x[ok]
-        split, order, ordered, z = _split_and_scores(y)
+        if {"ess_bulk", "ess_tail", "r_hat"} & set(out):  # the ranks: not for the MCSEs
+            split, order, ordered, z = _split_and_scores(y)
         if "ess_bulk" in out:
             out["ess_bulk"][ok] = _ess(z)
         if "ess_tail" in out:  # an even number of draws: the split holds them all

@@ -222,6 +222,27 @@ def test_stan_names_accessors_and_quantiles():
         assert s.loc["sigma", f"{q}%"] == pytest.approx(np.quantile(flat, q / 100))
 
 
+def test_summary_keeps_the_parameters_diagnostics(monkeypatch):
+    """After the convergence checks computed the parameters' ESS and R-hat, summary()
+    computes only their MCSEs and the other columns' diagnostics: the same table, bit
+    for bit, as a fit that computes all at once."""
+    from ahmc_stan import rank_diagnostics
+
+    fit = matrix_fit()
+    fit._diagnostics(params_only=True)
+    asked = []
+    diagnostics = rank_diagnostics.diagnostics
+
+    def spy(values, keys=rank_diagnostics.KEYS):
+        asked.append((np.shape(values)[2], tuple(keys)))
+        return diagnostics(values, keys)
+
+    monkeypatch.setattr(rank_diagnostics, "diagnostics", spy)
+    kept = fit.summary()
+    assert asked == [(8, ("mcse_mean", "mcse_sd")), (1, rank_diagnostics.KEYS)]
+    pd.testing.assert_frame_equal(kept, matrix_fit().summary(), check_exact=True)
+
+
 def test_to_arviz_keeps_unparseable_names_flat():
     rng = np.random.default_rng(6)
     names = ["z.real", "z.imag", "t:1", "v.1", "v.3"]  # complex, tuple, a gappy vector
