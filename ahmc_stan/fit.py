@@ -116,8 +116,7 @@ class Fit:
         statistics (:data:`~ahmc_stan.costs.COST_STATS`), entries given here override.
     cost_units : kind → cost of one evaluation in gradients (``gradient`` is 1); what
         converts the evaluations into gradient-equivalents.
-    time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown); our
-        samplers' are each chain's CPU seconds (:func:`~ahmc_stan.samplers.chain.chain_clock`).
+    time_warmup, time_sampling : seconds, summed over chains (``nan`` if unknown).
     sampler : the sampler's name (``"nuts"`` for CmdStan's NUTS).
     metadata : JSON-serialisable dict (numpy arrays and scalars are allowed too).
     incomplete : True if the run was interrupted and the draws are a prefix.

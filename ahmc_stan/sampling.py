@@ -219,12 +219,6 @@ def _check_arguments(sampler: str, chains, warmup, draws, seed, parallel,
 
 _CHAIN_RUNNING = False
 _STOPPED = False
-#: Set by :func:`_share` in the process that shares out a run's chains while it runs one
-#: itself: called after each of that chain's calls into the sampler (its progress).
-_LATE_START: Callable[[], None] | None = None
-#: A chain still waiting for a free core this many seconds after a run started starts
-#: at once, in a worker of its own beside the running chains (:func:`_share`).
-LATE_START_SECONDS = 0.5
 
 
 def _worker_sigint(signum, frame):
@@ -456,8 +450,6 @@ def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, optio
         bar(n)
         if n >= bar.total:  # every draw made: a SIGINT now must not lose the chain
             _CHAIN_RUNNING = False
-        if _LATE_START is not None:  # this process shares out a run's chains (_share)
-            _LATE_START()
 
     report.warmup = bar.set_warmup  # a fast warmup shortens the chain
     fast = options.get("fast_warmup")
@@ -1341,42 +1333,15 @@ def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
     folder = tempfile.mkdtemp(prefix="ahmc-chains-")
     pipes: dict[Any, Any] = {}  # this process's end of each worker's pipe → the worker
     interrupted = False
-
-    def start_worker() -> None:
-        ours, theirs = ctx.Pipe(duplex=False)
-        worker = ctx.Process(target=_pull, args=(jobs, take, theirs, folder),
-                             name="ahmc-stan chain worker")
-        worker.start()
-        theirs.close()
-        pipes[ours] = worker
-
-    global _LATE_START
-    started = time.perf_counter()
-
-    def late_start() -> None:
-        """Chains that wait for a core while the running ones take long (their
-        lengths differ: on two cores one process would end seconds after the other)
-        start now, each in a worker of its own, at most as many as there are cores: the
-        cores are shared until the run ends, as evenly as the system's scheduler shares
-        them.  Once per run; the draws do not depend on it."""
-        global _LATE_START
-        if time.perf_counter() - started < LATE_START_SECONDS:
-            return
-        _LATE_START = None
-        with counter.get_lock():
-            waiting = len(jobs) - counter.value
-        for _ in range(min(waiting, os.cpu_count() or 1)):
-            try:
-                start_worker()
-            except OSError:  # no process to be had: the chains wait for a core
-                break
-
     try:
         try:
             for _ in range(n_workers):
-                start_worker()
-            if in_parent and len(jobs) > n_workers + 1:
-                _LATE_START = late_start
+                ours, theirs = ctx.Pipe(duplex=False)
+                worker = ctx.Process(target=_pull, args=(jobs, take, theirs, folder),
+                                     name="ahmc-stan chain worker")
+                worker.start()
+                theirs.close()
+                pipes[ours] = worker
             c = first
             while c is not None:
                 results[c] = _run_one(*jobs[c])
@@ -1390,8 +1355,6 @@ def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
             stop()
             _end(pipes)
             raise
-        finally:
-            _LATE_START = None  # this process's chains are done: the workers take the rest
         if interrupted:
             stop()
         return results, _gather(pipes, folder, results, stop, interrupted)
@@ -1403,8 +1366,6 @@ def _pull(jobs: list[tuple], take: Callable[[], int | None], pipe, folder: str) 
     """A forked worker of :func:`_share`: the next job while there is one; for each,
     ``("start", c)`` on ``pipe``, the result (or the error) pickled to ``folder``, then
     ``("done", c)``."""
-    global _LATE_START
-    _LATE_START = None  # forked while this process's run was sharing out its chains
     _init_worker()
     try:
         while not _STOPPED and (c := take()) is not None:

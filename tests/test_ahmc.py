@@ -434,30 +434,6 @@ def test_this_process_runs_chains_beside_its_worker(gauss2d, tmp_path):
                                   serial.sampler_stats["step_size"])
 
 
-def test_chains_waiting_for_a_core_start_late_beside_the_others(gauss2d, tmp_path,
-                                                                monkeypatch):
-    """A run whose chains still wait for a core after ``LATE_START_SECONDS`` (here at
-    once) starts them in workers of their own: more processes than cores run chains,
-    and the draws are those of the chains run one after another; each chain's seconds
-    are its own CPU time, so sharing a core does not double them."""
-    import functools
-
-    from ahmc_stan import sampling
-
-    monkeypatch.setattr(sampling, "LATE_START_SECONDS", 0.0)
-    log = tmp_path / "pids"
-    kw = dict(chains=4, warmup=200, draws=400, seed=3, progress=False, diagnose=False,
-              extend=False, chain_rerun=False, metric_rerun=False)
-    late = tune_and_sample(gauss2d, parallel=2, callback=functools.partial(_log_pid, log),
-                           **kw)
-    pids = {int(line.split()[0]) for line in log.read_text().splitlines()}
-    assert os.getpid() in pids and len(pids) >= 3
-    serial = tune_and_sample(gauss2d, parallel=False, **kw)
-    np.testing.assert_array_equal(late.draws, serial.draws)
-    assert 0 < late.time_warmup + late.time_sampling < \
-        3 * (serial.time_warmup + serial.time_sampling)
-
-
 def _log_pid(log, rec):
     """A chain's callback: this process's id, one line per block, appended (the processes'
     lines never interleave)."""

@@ -46,6 +46,7 @@ iterations like every sampler; :func:`run_rounds` counts super-transitions, as t
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -56,7 +57,7 @@ from ..metric import InvMetric, metric_record
 from ..rewards import CrossValidation, fold_models
 from ..tuning import BayesOptTuner
 from .ahmc import HMC_STATS, _record, _scale_phase, default_box
-from .chain import ChainRecorder, ChainResult, chain_clock
+from .chain import ChainRecorder, ChainResult
 from .tuned_blocks import TuningOptions, as_box, esjd_reward, run_tuned_blocks, tuning_extras
 
 __all__ = ["THESIS_TUNING", "super_transition_steps", "Round", "ProductHMC", "esjd_round",
@@ -276,7 +277,7 @@ def _bandit(product: ProductHMC, rng: np.random.Generator, clock: _Clock, reward
     run_tuned_blocks(tuner, clock, run_block,  # one round per block (block_size 1)
                      lambda _, rounds, __, ___: [reward(r) for r in rounds],
                      warmup=warmup, draws=draws, options=options,
-                     chain_start=chain_clock(), progress=progress, callback=callback,
+                     chain_start=time.perf_counter(), progress=progress, callback=callback,
                      unit_steps=lambda gamma: budget)
     return tuner, eps_refs, np.array(starts, dtype=int), gammas, budget
 
@@ -302,7 +303,7 @@ def run_rounds(models: Sequence, rng: np.random.Generator, x0s: Sequence[np.ndar
     """
     product = ProductHMC(models, x0s, None, adapt_delta)
     clock = _Clock(product, count_rounds=True)
-    start = chain_clock()
+    start = time.perf_counter()
     tuner, eps_refs, starts, gammas, budget = _bandit(
         product, rng, clock, reward, warmup=rounds, draws=0, budget=budget,
         n_scale=scale_iterations, metric=metric, box=box, jitter=jitter,
@@ -374,7 +375,7 @@ def run_chain(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draw
     n_scale = int(round(scale_fraction * warmup))
     product = ProductHMC(models, [x0] * len(models), warmup + draws, adapt_delta)
     clock = _Clock(product, count_rounds=False)
-    start = chain_clock()
+    start = time.perf_counter()
     tuner = None
     try:
         tuner, eps_refs, starts, _, budget = _bandit(

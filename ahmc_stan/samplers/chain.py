@@ -23,18 +23,6 @@ import numpy as np
 COMMON_STATS = ("accept_stat", "n_grad", "divergent")
 
 
-
-def chain_clock() -> float:
-    """The clock of a chain's warmup and sampling seconds: the CPU time of the thread
-    that runs it (where the system measures it finely; Windows' ticks are 16 ms), so
-    that a chain that shares a core with another (a run's late start,
-    :data:`~ahmc_stan.sampling.LATE_START_SECONDS`) is timed by its own work, not by
-    the other's."""
-    return _THREAD_CLOCK()
-
-
-_THREAD_CLOCK = time.perf_counter if os.name == "nt" else time.thread_time
-
 @dataclass
 class ChainResult:
     """One chain's unconstrained positions and per-iteration statistics, warmup first."""
@@ -107,7 +95,7 @@ class ChainRecorder:
         return self.positions[start:self.n]
 
     def mark_sampling_start(self, chain_start: float) -> None:
-        self.sampling_start = chain_clock()
+        self.sampling_start = time.perf_counter()
         self._warmup_seconds = self.sampling_start - chain_start
 
     # ---- the chain's run: clock, Ctrl-C, result (every single-chain sampler's loop) ----
@@ -117,7 +105,7 @@ class ChainRecorder:
         """The chain's run of ``warmup`` + draws iterations: starts its clock; a
         KeyboardInterrupt inside ends the run quietly (:attr:`interrupted`, the draws
         made so far kept).  Then :meth:`finish`."""
-        self.warmup, self.chain_start = warmup, chain_clock()
+        self.warmup, self.chain_start = warmup, time.perf_counter()
         try:
             yield self
         except KeyboardInterrupt:
@@ -136,7 +124,7 @@ class ChainRecorder:
         return self.result(self.warmup, self.chain_start, extras)
 
     def result(self, warmup: int, chain_start: float, extras: dict) -> ChainResult:
-        now = chain_clock()
+        now = time.perf_counter()
         if self._stream is not None:
             self._stream.file.close()
         if self.sampling_start is None:
@@ -215,7 +203,7 @@ def streaming(path: str | os.PathLike | None):
 class _Stream:
     def __init__(self, path: Path, dims: int, stat_names: list[str]):
         self.dims, self.stat_names = dims, stat_names
-        self.start = chain_clock()
+        self.start = time.perf_counter()
         self.file = open(path, "wb")
         header = {"format": "ahmc_stan.chain", "dims": dims, "stats": stat_names}
         self.file.write((json.dumps(header) + "\n").encode())
@@ -227,7 +215,7 @@ class _Stream:
             return
         block = np.empty((n, 2 + self.dims + len(stats)))
         block[:, 0] = row + np.arange(n)
-        block[:, 1] = chain_clock() - self.start
+        block[:, 1] = time.perf_counter() - self.start
         block[:, 2:2 + self.dims] = positions
         for j, values in enumerate(stats):
             block[:, 2 + self.dims + j] = values
