@@ -1,0 +1,64 @@
+"""One version of ahmc-stan against another, by the seconds a call takes, side by side:
+
+    git worktree add /tmp/before COMMIT
+    python benchmarks/ab_calls.py /tmp/before MODEL [--seeds 2-11] [--rounds 2]
+
+MODEL is one of ``comparisons/nuts_peers.py``'s.  Each round runs, in a fresh Python
+process per version, the versions taking turns: one call to warm up (seed 1), then one
+``tune_and_sample(model, seed=s, progress=False, diagnose=False)`` per seed, back to
+back.  Prints each version's median call time per round and its min bulk ESS per seed,
+which equal seed for seed when the change did not touch the draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_CALLS = """
+import sys, time, warnings
+root, name, seeds = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:0] = [root, root + "/comparisons"]
+import numpy as np, ahmc_stan, nuts_peers
+assert ahmc_stan.__file__.startswith(root), ahmc_stan.__file__
+warnings.simplefilter("ignore")
+model = nuts_peers.load(name)
+ahmc_stan.tune_and_sample(model, seed=1, progress=False, diagnose=False)
+seconds, ess = [], []
+for s in map(int, seeds.split(",")):
+    start = time.perf_counter()
+    fit = ahmc_stan.tune_and_sample(model, seed=s, progress=False, diagnose=False)
+    seconds.append(time.perf_counter() - start)
+    ess.append(f"{fit.efficiency()['min_ess_bulk']:.6g}")
+print(f"median call {1e3 * np.median(seconds):.1f} ms; min ESS by seed: {' '.join(ess)}")
+"""
+
+
+def _seeds(text: str) -> str:
+    if "-" in text and "," not in text:
+        low, high = map(int, text.split("-"))
+        return ",".join(map(str, range(low, high + 1)))
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("before", help="the other version's checkout (a git worktree)")
+    parser.add_argument("model")
+    parser.add_argument("--seeds", default="2-11")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    seeds = _seeds(args.seeds)
+    for r in range(args.rounds):
+        for label, root in (("before", Path(args.before).resolve()), ("this", ROOT)):
+            out = subprocess.run([sys.executable, "-c", _CALLS, str(root), args.model, seeds],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            print(f"round {r + 1} {label:6s} {args.model}: {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
