@@ -1227,10 +1227,10 @@ def _slow_rule(model: StanModel, judged: dict, x: np.ndarray) -> list[tuple]:
     applies the same rule: all three are computed here (sharing the ranks) and kept in
     ``judged`` with the rule's finding, for the fit whose parameters turn out equal to
     ``x``."""
-    from .rank_diagnostics import CONVERGENCE_KEYS, diagnostics, ess_bulk
+    from .rank_diagnostics import CONVERGENCE_KEYS, diagnostics
 
     if not model.constrains_to_itself:
-        return slow_chains(x, ess_bulk(x))
+        return slow_chains(x)
     judged.update(x=x, diagnostics=diagnostics(x, CONVERGENCE_KEYS))
     judged["slow_chains"] = slow_chains(x, judged["diagnostics"]["ess_bulk"])
     return judged["slow_chains"]
