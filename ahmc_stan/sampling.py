@@ -24,11 +24,8 @@ import math
 import multiprocessing
 import numbers
 import os
-import pickle
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -45,6 +42,7 @@ from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.fast_warmup import WARMUP as FAST_WARMUP, FastWarmup
 from .tuning.stuck import StuckChainError
 from .tuning.windows import NONGAUSSIAN_MISFIT, gaussian_misfit
+from .workers import share, slot
 
 __all__ = ["tune_and_sample", "load_output", "SAMPLERS", "register_sampler",
            "sampler_options"]
@@ -230,6 +228,27 @@ def _worker_sigint(signum, frame):
     _STOPPED = True
     if _CHAIN_RUNNING:
         raise KeyboardInterrupt
+
+
+def _built_in(job: tuple) -> bool:
+    """Whether a job's chain runs ahmc-stan's own code only (a built-in sampler, not one
+    registered by :func:`register_sampler`): only such a job may go to a kept worker
+    (:mod:`ahmc_stan.workers`), which watches ahmc-stan's modules for changes, not a
+    user's."""
+    loaders = CONTINUATIONS if len(job) > 12 and job[12] is not None else SAMPLERS
+    return len(job) > 1 and getattr(loaders.get(job[1]), "__module__", None) == __name__
+
+
+def _stopped() -> bool:
+    """Whether Ctrl-C came to this worker process: it takes no more chains."""
+    return _STOPPED
+
+
+def _begin() -> None:
+    """A kept worker's next call: a Ctrl-C that came while it was idle is not this
+    call's."""
+    global _STOPPED
+    _STOPPED = False
 
 
 def _init_worker():
@@ -1148,7 +1167,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     fast, shared = options.get("fast_warmup"), {}
     options = {k: v for k, v in options.items() if k != "fast_warmup"}
     if fast:  # the fit's first chain decides the warmup's length for all
-        fast = FastWarmup()
+        fast = FastWarmup(shared=slot())
         shared = {"fast_warmup": fast}
     alone = {**options, **shared, **({"pool_windows": None} if "pool_windows" in options
                                      else {})}
@@ -1172,7 +1191,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
         def rerun(chain_ids, attempt):  # new seeds; the streams keep the first chains
             fresh = np.random.SeedSequence([seed, RERUN_SEED_KEY, attempt]).spawn(chains)
             opts = alone if not fast else {  # the fit's decision, made again by none
-                **alone, "fast_warmup": FastWarmup(forced=bool(fast.decision))}
+                **alone, "fast_warmup": FastWarmup(forced=bool(fast.decision),
+                                                   shared=slot())}
             return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
                             _workers(parallel, chains))
 
@@ -1296,150 +1316,10 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
     # the middle of a chain, measured on a 10-d normal whose chain takes 10 ms.
     gc.freeze()
     try:
-        return _share(jobs, workers - in_parent, in_parent, results)
+        return share(jobs, workers - in_parent, in_parent, results, _run_one, _stopped,
+                     _begin, _init_worker, keep=all(map(_built_in, jobs)))
     finally:
         gc.unfreeze()
-
-
-def _share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list
-           ) -> tuple[list, bool]:
-    """:func:`_execute` on ``n_workers`` forked worker processes, with this process one
-    more worker if ``in_parent`` (one fork fewer; on a model whose chains take
-    milliseconds this process runs most of them while its worker starts).  The workers
-    inherit the jobs (the model's library loaded, its data read) and each takes the next
-    job from a shared counter when free, with no round trip through this process, which
-    takes the first job itself (a fast warmup's deciding chain starts first).  A worker
-    leaves each result in a file and says so on its pipe, so it never waits for this
-    process to read.  Ctrl-C: the chains running stop and keep their draws, none starts
-    after it."""
-    ctx = multiprocessing.get_context("fork")
-    counter = ctx.Value("i", 0)  # the next job; len(jobs) once stopped
-
-    def take() -> int | None:
-        with counter.get_lock():
-            c = counter.value
-            if c >= len(jobs):
-                return None
-            counter.value = c + 1
-            return c
-
-    def stop() -> None:
-        with counter.get_lock():
-            counter.value = len(jobs)
-
-    first = take() if in_parent else None  # taken before the workers take theirs
-    # (the temporary directory, not /dev/shm: a container's can hold 64 MB, less than
-    # one chain of a large model; a file read back at once stays in the page cache)
-    folder = tempfile.mkdtemp(prefix="ahmc-chains-")
-    pipes: dict[Any, Any] = {}  # this process's end of each worker's pipe → the worker
-    interrupted = False
-    try:
-        try:
-            for _ in range(n_workers):
-                ours, theirs = ctx.Pipe(duplex=False)
-                worker = ctx.Process(target=_pull, args=(jobs, take, theirs, folder),
-                                     name="ahmc-stan chain worker")
-                worker.start()
-                theirs.close()
-                pipes[ours] = worker
-            c = first
-            while c is not None:
-                results[c] = _run_one(*jobs[c])
-                if results[c] is None or results[c].interrupted:
-                    interrupted = True  # Ctrl-C or the deadline: no chain starts after it
-                    break
-                c = take()
-        except KeyboardInterrupt:
-            interrupted = True
-        except BaseException:  # the call fails: the workers' chains are not waited for
-            stop()
-            _end(pipes)
-            raise
-        if interrupted:
-            stop()
-        return results, _gather(pipes, folder, results, stop, interrupted)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _pull(jobs: list[tuple], take: Callable[[], int | None], pipe, folder: str) -> None:
-    """A forked worker of :func:`_share`: the next job while there is one; for each,
-    ``("start", c)`` on ``pipe``, the result (or the error) pickled to ``folder``, then
-    ``("done", c)``."""
-    _init_worker()
-    try:
-        while not _STOPPED and (c := take()) is not None:
-            pipe.send(("start", c))
-            try:
-                out = (_run_one(*jobs[c]), None)
-            except BaseException as err:  # noqa: BLE001  (raised again in the parent)
-                out = (None, err)
-            path = os.path.join(folder, f"{c}.pickle")
-            try:
-                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as err:  # noqa: BLE001  (an error that does not pickle)
-                data = pickle.dumps((None, RuntimeError(f"chain {c + 1}: {out[1]!r} "
-                                                        f"({err})")))
-            with open(path, "wb") as f:
-                f.write(data)
-            pipe.send(("done", c))
-    finally:
-        pipe.close()
-
-
-def _gather(pipes: dict, folder: str, results: list, stop: Callable[[], None],
-            interrupted: bool) -> bool:
-    """Wait for :func:`_share`'s workers until each has closed its pipe, putting their
-    results in ``results``; whether Ctrl-C came (before, or meanwhile).  A worker's error
-    is raised, as is a worker's death during a chain, unless after Ctrl-C; the other
-    workers' chains are then stopped."""
-    from multiprocessing.connection import wait
-
-    running = dict.fromkeys(pipes)  # each worker's chain, None between chains
-    while running:
-        try:
-            ready = wait(list(running))
-        except KeyboardInterrupt:  # the workers got SIGINT too and return what they have
-            interrupted = True
-            stop()
-            continue
-        for pipe in ready:
-            try:
-                what, c = pipe.recv()
-            except EOFError:  # the worker is gone: done, or died during chain c
-                worker, c = pipes.pop(pipe), running.pop(pipe)
-                pipe.close()
-                if c is None:
-                    threading.Thread(target=worker.join, daemon=True).start()  # reaped
-                    continue
-                worker.join()
-                err = _WorkerDied(f"the worker process running chain {c + 1} died (exit "
-                                  f"code {worker.exitcode})")
-            else:
-                running[pipe] = c if what == "start" else None
-                if what == "start":
-                    continue
-                with open(os.path.join(folder, f"{c}.pickle"), "rb") as f:
-                    results[c], err = pickle.load(f)
-            if err is not None and not (interrupted and isinstance(
-                    err, (KeyboardInterrupt, _WorkerDied))):
-                stop()
-                _end(pipes)
-                raise err
-    return interrupted
-
-
-class _WorkerDied(RuntimeError):
-    """A chain's worker process ended during the chain (a crash in native code, a kill)."""
-
-
-def _end(pipes: dict) -> None:
-    """Stop :func:`_share`'s workers now (the call fails): their chains are lost."""
-    for pipe, worker in pipes.items():
-        worker.terminate()
-    for pipe, worker in pipes.items():
-        worker.join()
-        pipe.close()
 
 
 def _collect(pool, jobs: list[tuple], results: list) -> tuple[list, bool]:

@@ -45,6 +45,18 @@ def _seeds(text: str) -> str:
     return text
 
 
+def rounds(script: str, versions: list[tuple[str, list[str]]], model: str, seeds: str,
+           n_rounds: int) -> None:
+    """Run ``script`` (``python -c``) with each version's arguments, then ``model`` and
+    the seeds, in a fresh process per version and round, the versions taking turns;
+    print each one's output line."""
+    for r in range(n_rounds):
+        for label, argv in versions:
+            out = subprocess.run([sys.executable, "-c", script, *argv, model, _seeds(seeds)],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            print(f"round {r + 1} {label:6s} {model}: {out}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before", help="the other version's checkout (a git worktree)")
@@ -52,12 +64,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="2-11")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    seeds = _seeds(args.seeds)
-    for r in range(args.rounds):
-        for label, root in (("before", Path(args.before).resolve()), ("this", ROOT)):
-            out = subprocess.run([sys.executable, "-c", _CALLS, str(root), args.model, seeds],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-            print(f"round {r + 1} {label:6s} {args.model}: {out}", flush=True)
+    rounds(_CALLS, [("before", [str(Path(args.before).resolve())]), ("this", [str(ROOT)])],
+           args.model, args.seeds, args.rounds)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,13 @@ WARMUP = SCALE + TUNING
 _UNDECIDED, _FULL, _SHORT = 0.0, 1.0, 2.0
 
 
+class _Shared:
+    """A condition and two doubles in the shared memory of ``ctx``."""
+
+    def __init__(self, ctx):
+        self.cond, self.state = ctx.Condition(), ctx.RawArray("d", 2)
+
+
 def window_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
     """The :func:`~ahmc_stan.tuning.windows.gaussian_misfit` of the distinct draws (a
     rejected proposal repeats a row, and a regression on fewer distinct rows than
@@ -63,15 +70,29 @@ def window_misfit(draws: np.ndarray, grads: np.ndarray) -> float:
 
 class FastWarmup:
     """The decision of one fit, shared by its chains.  ``forced`` (True or False) makes it
-    without looking (the chain reruns of a fit follow the fit's own decision)."""
+    without looking (the chain reruns of a fit follow the fit's own decision).
+    ``shared``: where the decision lives, in shared memory (anything with a ``cond``
+    condition and a ``state`` of two doubles, such as a kept worker's
+    :class:`~ahmc_stan.workers.Slot`); default new ones of ``ctx``."""
 
-    def __init__(self, forced: bool | None = None, ctx=None, timeout: float = 3600.0):
-        ctx = multiprocessing.get_context("fork") if ctx is None else ctx
-        self._cond = ctx.Condition()
-        self._state = ctx.RawArray("d", 2)  # decision, misfit
-        self.timeout = timeout
+    def __init__(self, forced: bool | None = None, ctx=None, timeout: float = 3600.0,
+                 shared=None):
+        if shared is None:
+            shared = _Shared(multiprocessing.get_context("fork") if ctx is None else ctx)
+        self._attach(shared, timeout)
+        self._state[0], self._state[1] = _UNDECIDED, 0.0
         if forced is not None:
             self._post(forced, float("nan"))
+
+    def _attach(self, shared, timeout: float) -> None:
+        self._shared, self.timeout = shared, timeout
+        self._cond, self._state = shared.cond, shared.state
+
+    def __getstate__(self) -> dict:  # (the shared memory goes by ``shared``'s own means)
+        return {"shared": self._shared, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict) -> None:
+        self._attach(state["shared"], state["timeout"])
 
     def member(self, chain: int) -> "FastWarmupMember":
         return FastWarmupMember(self, chain)

@@ -1,0 +1,259 @@
+"""Chain workers kept from one call to the next (``ahmc_stan.workers``): they give the
+draws of workers forked for the call, and a call forks afresh whenever something a chain
+can see has changed, a job names code from elsewhere, or a kept worker is gone."""
+
+import functools
+import io
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ahmc_stan import sampling, tune_and_sample, workers
+from ahmc_stan.model import StanModel
+from ahmc_stan.samplers import ahmc as ahmc_module
+from ahmc_stan.tuning import fast_warmup, hmc_warmup
+
+from .conftest import stan_model_path
+
+KW = dict(chains=4, draws=200, progress=False, diagnose=False, parallel=2)
+
+
+def _kept_pids() -> list[int]:
+    return [] if workers._KEPT is None else [w.pid for w in workers._KEPT.pipes.values()]
+
+
+def _fresh(model, monkeypatch, **kw):
+    """The same call on workers forked for it."""
+    with monkeypatch.context() as m:
+        m.setattr(workers, "KEEP", False)
+        return tune_and_sample(model, **kw)
+
+
+def test_kept_workers_give_the_draws_of_workers_forked_for_the_call(gauss2d, monkeypatch):
+    """Calls on the same model reuse the kept worker (after the first calls, which also
+    import and cache what later calls use) and give, seed for seed, the draws of workers
+    forked for each call."""
+    kept = {s: tune_and_sample(gauss2d, seed=s, **KW) for s in (1, 2)}
+    pids = _kept_pids()
+    kept[3] = tune_and_sample(gauss2d, seed=3, **KW)
+    assert len(pids) == 1 and _kept_pids() == pids and pids[0] != os.getpid()
+    for s, fit in kept.items():
+        fresh = _fresh(gauss2d, monkeypatch, seed=s, **KW)
+        np.testing.assert_array_equal(fit.draws, fresh.draws)
+        np.testing.assert_array_equal(fit.warmup_draws, fresh.warmup_draws)
+        assert fit.metadata["fast_warmup"] == fresh.metadata["fast_warmup"]
+
+
+def test_a_setting_changed_between_calls_reaches_every_chain(gauss2d, monkeypatch):
+    """A module setting changed after the workers were kept (the early warmup's longest
+    trajectory): the next call forks afresh, and its draws are those of the new
+    setting."""
+    for s in (1, 2):
+        before = tune_and_sample(gauss2d, seed=4, **KW)
+    pids = _kept_pids()
+    monkeypatch.setattr(hmc_warmup, "EARLY_MAX_STEPS", 3)
+    changed = tune_and_sample(gauss2d, seed=4, **KW)
+    assert _kept_pids() and _kept_pids() != pids
+    fresh = _fresh(gauss2d, monkeypatch, seed=4, **KW)
+    np.testing.assert_array_equal(changed.draws, fresh.draws)
+    assert not np.array_equal(changed.draws, before.draws)  # the setting matters here
+
+
+def test_another_model_forks_afresh(gauss2d, mvn_model):
+    tune_and_sample(gauss2d, seed=1, **KW)
+    pids = _kept_pids()
+    tune_and_sample(mvn_model, seed=1, **KW)
+    assert _kept_pids() != pids and workers._KEPT.models == [mvn_model]
+
+
+def test_a_kept_worker_killed_between_calls_is_forked_again(gauss2d, monkeypatch):
+    for s in (1, 2):
+        tune_and_sample(gauss2d, seed=s, **KW)
+    (pid,) = _kept_pids()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    fit = tune_and_sample(gauss2d, seed=5, **KW)
+    assert _kept_pids() and _kept_pids() != [pid]
+    np.testing.assert_array_equal(fit.draws, _fresh(gauss2d, monkeypatch, seed=5, **KW).draws)
+
+
+@pytest.mark.parametrize("change", [
+    "module setting", "class attribute", "registry", "function defaults", "numpy function",
+    "environment", "stderr", "numpy errors", "warnings filters", "module imported",
+    "model attribute"])
+def test_the_snapshot_sees_each_change_a_chain_could_see(change, gauss2d, monkeypatch):
+    """Each kind of change :class:`~ahmc_stan.workers.Snapshot` watches is seen, and
+    undoing it is seen as no change."""
+    snapshot = workers.Snapshot([gauss2d])
+    assert snapshot.unchanged(), snapshot.changes()
+    with monkeypatch.context() as m:
+        if change == "module setting":
+            m.setattr(ahmc_module, "TAIL_CHECK_RATIO", 4.0)
+        elif change == "class attribute":
+            m.setattr(fast_warmup.FastWarmupMember, "at", 300)
+        elif change == "registry":
+            m.setitem(sampling.SAMPLERS, "mine", sampling.SAMPLERS["hmc"])
+        elif change == "function defaults":
+            m.setattr(sampling._run_one, "__defaults__", (3.0, None, None, None))
+        elif change == "numpy function":
+            m.setattr(np.linalg, "cholesky", lambda a: a)
+        elif change == "environment":
+            m.setenv("AHMC_STAN_TEST_VARIABLE", "1")
+        elif change == "stderr":
+            m.setattr(sys, "stderr", io.StringIO())
+        elif change == "numpy errors":
+            old = np.seterr(over="raise")
+        elif change == "warnings filters":
+            m.setattr(warnings, "filters", [("error", None, Warning, None, 0)])
+        elif change == "module imported":
+            m.setitem(sys.modules, "ahmc_stan._imported_later", types.ModuleType("x"))
+        elif change == "model attribute":
+            m.setattr(gauss2d, "data_json", '{"x": 1}')
+        assert not snapshot.unchanged()
+        assert snapshot.changes()
+        if change == "numpy errors":
+            np.seterr(**old)
+    assert snapshot.unchanged(), snapshot.changes()
+
+
+def _elsewhere():
+    """A function of this test module's: a job naming it does not go to a kept worker."""
+
+
+@pytest.mark.parametrize("job, kept", [
+    (("ahmc", np.random.SeedSequence(1).spawn(2)[1], {"x": np.ones(3)}, Path("a"), None,
+      1.5, (2, "b")), True),
+    (("ahmc", {"callback": _elsewhere}), False),
+    (("ahmc", {"callback": lambda rec: None}), False),
+    (("ahmc", {"callback": functools.partial(_elsewhere)}), False),
+    (("ahmc", {"callback": print}), True),  # a built-in of Python's own
+    (("ahmc", types.SimpleNamespace(a=1)), True),
+    (("ahmc", np.random.default_rng(1)), True),
+])
+def test_only_jobs_that_name_watched_code_go_to_kept_workers(job, kept, gauss2d):
+    buffer = io.BytesIO()
+    pickler = workers._JobPickler(buffer, StanModel)
+    if not kept:
+        with pytest.raises(workers._Cold):
+            pickler.dump((gauss2d, *job))
+        return
+    pickler.dump((gauss2d, *job, gauss2d))
+    assert pickler.models == [gauss2d]
+    back = workers._JobUnpickler(io.BytesIO(buffer.getvalue()), [gauss2d]).load()
+    assert back[0] is gauss2d and back[-1] is gauss2d
+
+
+def test_a_model_subclass_or_a_registered_sampler_forks_afresh(gauss2d):
+    class Mine(StanModel):
+        pass
+
+    mine = Mine.__new__(Mine)
+    with pytest.raises(workers._Cold):
+        workers._JobPickler(io.BytesIO(), StanModel).dump((mine,))
+    job = (gauss2d, "ahmc") + (None,) * 10
+    assert sampling._built_in(job)
+    sampling.register_sampler("mine_for_test", sampling.SAMPLERS["hmc"])
+    try:  # a user's loader, though this one is ours: not watched
+        sampling.SAMPLERS["mine_for_test"] = lambda: None
+        assert not sampling._built_in((gauss2d, "mine_for_test") + (None,) * 10)
+    finally:
+        del sampling.SAMPLERS["mine_for_test"]
+
+
+def test_a_slot_is_shared_with_kept_workers_and_freed_when_dropped():
+    """A fast warmup's decision lives in a slot made before any kept worker: it goes to
+    them by index, and the slot is free again once the decision is dropped."""
+    fast = fast_warmup.FastWarmup(shared=workers.slot())
+    index = fast._shared.index
+    fast._post(True, 0.1)
+    buffer = io.BytesIO()
+    workers._JobPickler(buffer, StanModel).dump(fast)
+    back = workers._JobUnpickler(io.BytesIO(buffer.getvalue()), []).load()
+    assert back.decision is True and back._state[1] == 0.1
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(fast)  # only to a kept worker, by index
+    free = len(workers._FREE)
+    del fast, back
+    import gc
+    gc.collect()
+    assert len(workers._FREE) == free + 1 and index in workers._FREE
+
+
+def _script(body: str) -> str:
+    return textwrap.dedent(f"""
+        import os, signal, sys, ahmc_stan
+        from ahmc_stan import workers
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
+        short = dict(chains=4, warmup=200, draws=200, progress=False, diagnose=False,
+                     parallel=2)
+        for seed in (1, 2):  # the worker kept
+            ahmc_stan.tune_and_sample(model, seed=seed, **short)
+        pid = [w.pid for w in workers._KEPT.pipes.values()]
+        print("READY", pid[0], flush=True)
+    """) + textwrap.dedent(body)
+
+
+def test_ctrl_c_on_a_call_of_kept_workers_keeps_the_draws_and_the_next_call_is_right():
+    """Ctrl-C during a call on a kept worker: the call returns its draws, the worker is
+    still kept, and the next call gives the draws of a worker forked for it."""
+    script = _script("""
+        fit = ahmc_stan.tune_and_sample(model, chains=2, warmup=300, draws=10**7, seed=1,
+                                        progress=False, block_size=5, metric="identity",
+                                        box=((0.01, 0.02), (50, 100)), parallel=2)
+        print("INCOMPLETE", fit.incomplete, fit.draws.shape[0], flush=True)
+        print("KEPT", [w.pid for w in workers._KEPT.pipes.values()] == pid, flush=True)
+        after = ahmc_stan.tune_and_sample(model, seed=3, **short)
+        print("REUSED", [w.pid for w in workers._KEPT.pipes.values()] == pid, flush=True)
+        workers.KEEP = False
+        fresh = ahmc_stan.tune_and_sample(model, seed=3, **short)
+        print("SAME", (after.draws == fresh.draws).all(), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout.readline().startswith("READY")
+    time.sleep(6)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert "INCOMPLETE True 2" in out and "KEPT True" in out, out
+    assert "REUSED True" in out and "SAME True" in out, out
+
+
+def test_a_kept_worker_that_dies_during_a_call_names_its_chain():
+    """A kept worker killed during a chain: the call fails naming the chain, as with a
+    worker forked for the call, and the next call forks afresh and is right."""
+    script = _script("""
+        try:
+            ahmc_stan.tune_and_sample(model, chains=2, warmup=300, draws=10**7, seed=1,
+                                      progress=False, block_size=5, metric="identity",
+                                      box=((0.01, 0.02), (50, 100)), parallel=2)
+        except RuntimeError as err:
+            print("ERROR", err, flush=True)
+        after = ahmc_stan.tune_and_sample(model, seed=3, **short)
+        print("NEW", [w.pid for w in workers._KEPT.pipes.values()] != pid, flush=True)
+        workers.KEEP = False
+        fresh = ahmc_stan.tune_and_sample(model, seed=3, **short)
+        print("SAME", (after.draws == fresh.draws).all(), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ready = proc.stdout.readline().split()
+    assert ready[0] == "READY"
+    time.sleep(6)
+    os.kill(int(ready[1]), signal.SIGKILL)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "ERROR the worker process running chain 2 died (exit code -9)" in out, out
+    assert "NEW True" in out and "SAME True" in out, out
