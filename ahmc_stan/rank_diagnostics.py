@@ -76,9 +76,9 @@ def _ties(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tied, tie, 0.5 * (column + 1 + column + length)  # ranks column+1 .. column+length
 
 
-def _sorted(rows: np.ndarray, kind: str = "quicksort") -> tuple[np.ndarray, np.ndarray]:
+def _sorted(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's sorting permutation and the sorted row."""
-    order = np.argsort(rows, axis=1, kind=kind)
+    order = np.argsort(rows, axis=1)
     return order, np.take_along_axis(rows, order, axis=1)
 
 
@@ -266,10 +266,11 @@ def _rhat_rank(split: np.ndarray, order: np.ndarray, ordered: np.ndarray,
                z: np.ndarray) -> np.ndarray:
     """The larger of the split R-hats of the normal scores ``z`` of the split draws and of
     the folded split draws (|x − median|).  ``order`` and ``ordered``: the split draws'
-    sorting, per column; the folded draws in that order fall to the median and rise after
-    it, two runs that a stable sort (timsort) merges in linear time."""
+    sorting, per column, which the folded draws' sorting starts from.  (Any sort serves:
+    tied draws get the same score whatever their order.  The default sort is the faster:
+    ties break the falling run that a stable one would merge in linear time.)"""
     folded = np.abs(ordered - _median_of_sorted(ordered)[:, None])
-    merge, folded_sorted = _sorted(folded, kind="stable")
+    merge, folded_sorted = _sorted(folded)
     folded_z = _normal_scores(np.take_along_axis(order, merge, axis=1), folded_sorted)
     bulk, tail = _rhat_plain(z), _rhat_plain(folded_z.reshape(split.shape))
     return np.where(tail > bulk, tail, bulk)  # Python's max(bulk, tail), nan as ArviZ

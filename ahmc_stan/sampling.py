@@ -235,8 +235,10 @@ def _built_in(job: tuple) -> bool:
     registered by :func:`register_sampler`): only such a job may go to a kept worker
     (:mod:`ahmc_stan.workers`), which watches ahmc-stan's modules for changes, not a
     user's."""
+    if len(job) < 2 or not isinstance(job[1], str):
+        return False
     loaders = CONTINUATIONS if len(job) > 12 and job[12] is not None else SAMPLERS
-    return len(job) > 1 and getattr(loaders.get(job[1]), "__module__", None) == __name__
+    return getattr(loaders.get(job[1]), "__module__", None) == __name__
 
 
 def _stopped() -> bool:

@@ -468,48 +468,67 @@ class _Cold(Exception):
 
 
 class _JobPickler(pickle.Pickler):
-    """Pickles jobs for a kept worker: a model as its place in the call's models, a
-    :class:`Slot` as its index, and anything pickled by reference only from
-    :data:`BY_REFERENCE`'s packages (else :class:`_Cold`)."""
+    """Pickles jobs for a kept worker: a model as its place in the call's models
+    (:attr:`models`), a :class:`Slot` as its index, and functions and classes (pickled
+    by reference) only from :data:`BY_REFERENCE`'s packages, else :class:`_Cold`.
+    (``reducer_override`` sees only objects that are not of Python's own data types: a
+    chain's results to continue hold thousands of those.)"""
 
     def __init__(self, file, models_of):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.models: list = []
         self._models_of = models_of
 
-    def persistent_id(self, obj):
+    def reducer_override(self, obj):
         if isinstance(obj, self._models_of):
             if type(obj) is not self._models_of:
                 raise _Cold(f"a model of class {type(obj).__qualname__}")
             for k, model in enumerate(self.models):
                 if model is obj:
-                    return ("model", k)
+                    return _model, (k,)
             self.models.append(obj)
-            return ("model", len(self.models) - 1)
+            return _model, (len(self.models) - 1,)
         if isinstance(obj, _SlotHandle):
-            return ("slot", obj.index)
+            return _slot, (obj.index,)
         if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, type,
                             types.ModuleType, types.MethodType)):
-            name = getattr(obj, "__module__", None) if not isinstance(
-                obj, types.ModuleType) else obj.__name__
-            if isinstance(obj, types.MethodType):
-                name = getattr(obj.__func__, "__module__", None)
-            if isinstance(obj, types.FunctionType) and "<lambda>" in obj.__qualname__ \
-                    or isinstance(obj, types.FunctionType) and "<locals>" in obj.__qualname__:
-                raise _Cold(f"a local function {obj.__qualname__}")
-            if not name or name.split(".")[0] not in BY_REFERENCE:
-                raise _Cold(f"{name}.{getattr(obj, '__qualname__', obj)}")
-        return None
+            _check_by_reference(obj)
+        return NotImplemented
 
 
-class _JobUnpickler(pickle.Unpickler):
-    def __init__(self, file, models):
-        super().__init__(file)
-        self._models = models
+def _check_by_reference(obj) -> None:
+    """:class:`_Cold` unless ``obj`` (a function, method, class or module) is one of
+    :data:`BY_REFERENCE`'s packages' own, defined at a module's top level."""
+    if isinstance(obj, types.ModuleType):
+        name = obj.__name__
+    elif isinstance(obj, types.MethodType):
+        name = getattr(obj.__func__, "__module__", None)
+    else:
+        name = getattr(obj, "__module__", None)
+    if isinstance(obj, types.FunctionType) and ("<lambda>" in obj.__qualname__
+                                                or "<locals>" in obj.__qualname__):
+        raise _Cold(f"a local function {obj.__qualname__}")
+    if not name or name.split(".")[0] not in BY_REFERENCE:
+        raise _Cold(f"{name}.{getattr(obj, '__qualname__', obj)}")
 
-    def persistent_load(self, pid):
-        kind, k = pid
-        return self._models[k] if kind == "model" else _SlotHandle(_SLOTS[k])
+
+_MODELS: list = []  # in a kept worker: the models it was forked with
+
+
+def _model(k: int):
+    """In a kept worker: the ``k``-th model it was forked with."""
+    return _MODELS[k]
+
+
+def _slot(k: int) -> "_SlotHandle":
+    """In a kept worker: slot ``k``, which it inherited."""
+    return _SlotHandle(_SLOTS[k])
+
+
+def _load(blob: bytes, models: list):
+    """The jobs of ``blob`` (:class:`_JobPickler`'s), their models ``models``."""
+    _MODELS[:] = models
+    return pickle.loads(blob)
 
 
 class _Kept:
@@ -569,7 +588,7 @@ def _serve(init, commands, pipe, counter, models) -> None:
             break
         take, _ = _counter(counter, n)
         try:
-            run_one, stopped, begin, jobs = _JobUnpickler(io.BytesIO(blob), models).load()
+            run_one, stopped, begin, jobs = _load(blob, models)
             begin()
             _serve_jobs(jobs, take, pipe, folder, run_one, stopped)
         except BaseException as err:  # noqa: BLE001  (the call fails in the parent)

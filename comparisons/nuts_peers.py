@@ -47,7 +47,7 @@ import arviz as az
 import numpy as np
 
 import ahmc_stan
-from ahmc_stan import datasets
+from ahmc_stan import datasets, workers
 from ahmc_stan.comparison import to_markdown
 from ahmc_stan.peers import run_peer
 from ahmc_stan.sampling import STAN_WARMUP
@@ -71,7 +71,11 @@ OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
         "ahmc_diag_095": {"metric": "diag", "adapt_delta": 0.95},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
         "ahmc_grad_init": {"metric": "low_rank", "grad_init": True},
-        "ahmc_no_extend": {"extend": False}, "ahmc_pooled": {"pool_windows": True}}
+        "ahmc_no_extend": {"extend": False}, "ahmc_pooled": {"pool_windows": True},
+        "ahmc_low_rank_forked": {}}
+#: Ours run with chain workers forked for every call (``ahmc_stan.workers.KEEP = False``),
+#: as before stop 68, to measure what keeping them gains side by side.
+FORKED = {"ahmc_low_rank_forked"}
 PEERS = ["nuts", "nutpie", "nutpie_lowrank"]
 
 
@@ -109,8 +113,12 @@ def run_one(model, sampler: str, run: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if sampler in OURS:
-            fit = ahmc_stan.tune_and_sample(model, progress=False, diagnose=False,
-                                            **OURS[sampler], **run)
+            keep, workers.KEEP = workers.KEEP, sampler not in FORKED
+            try:
+                fit = ahmc_stan.tune_and_sample(model, progress=False, diagnose=False,
+                                                **OURS[sampler], **run)
+            finally:
+                workers.KEEP = keep
         else:
             fit = run_peer(sampler, model, diagnose=False, **run)
     call = time.perf_counter() - start  # the seconds the user waits for the Fit

@@ -149,7 +149,7 @@ def test_only_jobs_that_name_watched_code_go_to_kept_workers(job, kept, gauss2d)
         return
     pickler.dump((gauss2d, *job, gauss2d))
     assert pickler.models == [gauss2d]
-    back = workers._JobUnpickler(io.BytesIO(buffer.getvalue()), [gauss2d]).load()
+    back = workers._load(buffer.getvalue(), [gauss2d])
     assert back[0] is gauss2d and back[-1] is gauss2d
 
 
@@ -178,7 +178,7 @@ def test_a_slot_is_shared_with_kept_workers_and_freed_when_dropped():
     fast._post(True, 0.1)
     buffer = io.BytesIO()
     workers._JobPickler(buffer, StanModel).dump(fast)
-    back = workers._JobUnpickler(io.BytesIO(buffer.getvalue()), []).load()
+    back = workers._load(buffer.getvalue(), [])
     assert back.decision is True and back._state[1] == 0.1
     with pytest.raises(pickle.PicklingError):
         pickle.dumps(fast)  # only to a kept worker, by index
