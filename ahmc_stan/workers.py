@@ -37,6 +37,9 @@ __all__ = ["KEEP", "share", "shutdown", "Snapshot", "Slot", "slot"]
 
 #: Keep chain workers from one call to the next (False: a fork for every call).
 KEEP = True
+#: A kept worker ends after this many seconds without a call (it holds this process's
+#: memory of the moment it was forked, which this process may since have freed).
+IDLE_SECONDS = 300.0
 
 #: The top-level packages whose functions and classes a job sent to a kept worker may
 #: name (pickled by reference, and so run as the worker has them): ahmc-stan's own
@@ -579,10 +582,14 @@ _LOCK = threading.Lock()  # one call at a time uses the kept workers
 
 def _serve(init, commands, pipe, counter, models) -> None:
     """A kept worker: for each call, its jobs (:func:`_serve_jobs`), then
-    ``("idle", None)``; it ends when this process closes its command pipe or ends."""
+    ``("idle", None)``; it ends when this process closes its command pipe or ends, or
+    after :data:`IDLE_SECONDS` without a call (a call that comes meanwhile finds it gone
+    and runs its chains itself)."""
     init()
     while True:
         try:
+            if not commands.poll(IDLE_SECONDS):
+                break
             blob, n, folder = commands.recv()
         except (EOFError, OSError):
             break
@@ -626,9 +633,14 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init):
         first = take()
         folder = _results_folder()
         try:
+            pipes = {}  # the workers that got the jobs
             try:
-                for command in kept.commands[:n_workers]:
-                    command.send((buffer.getvalue(), len(jobs), folder))
+                for command, pipe in zip(kept.commands, list(kept.pipes)[:n_workers]):
+                    try:
+                        command.send((buffer.getvalue(), len(jobs), folder))
+                    except OSError:  # it ended meanwhile (idle): the others take its share
+                        continue
+                    pipes[pipe] = kept.pipes[pipe]
                 interrupted = _own_chains(jobs, first, take, results, run_one)
             except BaseException:  # the call fails: its jobs' messages must not remain
                 stop()
@@ -636,8 +648,10 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init):
                 raise
             if interrupted:
                 stop()
-            pipes = dict(list(kept.pipes.items())[:n_workers])
-            return results, _gather(pipes, folder, results, stop, interrupted, kept=True)
+            interrupted = _gather(pipes, folder, results, stop, interrupted, kept=True)
+            if len(pipes) < n_workers:
+                _drop()
+            return results, interrupted
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     finally:

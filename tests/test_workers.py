@@ -87,6 +87,37 @@ def test_a_kept_worker_killed_between_calls_is_forked_again(gauss2d, monkeypatch
     np.testing.assert_array_equal(fit.draws, _fresh(gauss2d, monkeypatch, seed=5, **KW).draws)
 
 
+def test_an_idle_kept_worker_ends_and_the_next_call_forks_again(gauss2d, monkeypatch):
+    """A kept worker ends after ``IDLE_SECONDS`` without a call (it holds memory this
+    process may have freed); the next call forks afresh and gives the same draws."""
+    monkeypatch.setattr(workers, "IDLE_SECONDS", 0.5)
+    workers.shutdown()  # the next workers are forked with the short idle time
+    for s in (1, 2):
+        tune_and_sample(gauss2d, seed=s, **KW)
+    (pid,) = _kept_pids()
+    time.sleep(2.0)
+    assert not workers._KEPT.pipes[next(iter(workers._KEPT.pipes))].is_alive()
+    fit = tune_and_sample(gauss2d, seed=6, **KW)
+    assert _kept_pids() and _kept_pids() != [pid]
+    np.testing.assert_array_equal(fit.draws, _fresh(gauss2d, monkeypatch, seed=6, **KW).draws)
+
+
+def test_a_worker_that_ends_as_a_call_begins_leaves_its_chains_to_this_process(
+        gauss2d, monkeypatch):
+    """A kept worker that ends between the call's check and its jobs (an idle one's
+    time running out): the jobs it cannot take run here, and the draws are right."""
+    for s in (1, 2):
+        tune_and_sample(gauss2d, seed=s, **KW)
+    (pid,) = _kept_pids()
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    with monkeypatch.context() as m:
+        m.setattr(workers._Kept, "serves", lambda self, n, models: True)  # the race
+        fit = tune_and_sample(gauss2d, seed=7, **KW)
+    assert workers._KEPT is None  # dropped: the next call forks afresh
+    np.testing.assert_array_equal(fit.draws, _fresh(gauss2d, monkeypatch, seed=7, **KW).draws)
+
+
 @pytest.mark.parametrize("change", [
     "module setting", "class attribute", "registry", "function defaults", "numpy function",
     "environment", "stderr", "numpy errors", "warnings filters", "module imported",
