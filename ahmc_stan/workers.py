@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["KEEP", "share", "shutdown", "Snapshot", "Slot", "slot"]
+__all__ = ["KEEP", "IDLE_SECONDS", "share", "shutdown", "Snapshot", "Slot", "slot"]
 
 #: Keep chain workers from one call to the next (False: a fork for every call).
 KEEP = True
