@@ -6,8 +6,8 @@
 MODEL is one of ``comparisons/nuts_peers.py``'s.  Each round runs, in a fresh Python
 process per version, the versions taking turns: one call to warm up (seed 1), then one
 ``tune_and_sample(model, seed=s, progress=False, diagnose=False)`` per seed, back to
-back.  Prints each version's median call time per round and its min bulk ESS per seed,
-which equal seed for seed when the change did not touch the draws.
+back.  Prints each version's median call time per round and a hash of each seed's draws,
+which are equal seed for seed when the change did not touch the draws.
 """
 
 from __future__ import annotations
@@ -20,21 +20,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _CALLS = """
-import sys, time, warnings
-root, name, seeds = sys.argv[1], sys.argv[2], sys.argv[3]
+import hashlib, sys, time, warnings
+root, keep, name, seeds = sys.argv[1], sys.argv[2] == "True", sys.argv[3], sys.argv[4]
 sys.path[:0] = [root, root + "/comparisons"]
 import numpy as np, ahmc_stan, nuts_peers
 assert ahmc_stan.__file__.startswith(root), ahmc_stan.__file__
+if not keep:  # chain workers forked for every call (a version before stop 68 always does)
+    from ahmc_stan import workers
+    workers.KEEP = False
 warnings.simplefilter("ignore")
 model = nuts_peers.load(name)
 ahmc_stan.tune_and_sample(model, seed=1, progress=False, diagnose=False)
-seconds, ess = [], []
+seconds, draws = [], []
 for s in map(int, seeds.split(",")):
     start = time.perf_counter()
     fit = ahmc_stan.tune_and_sample(model, seed=s, progress=False, diagnose=False)
     seconds.append(time.perf_counter() - start)
-    ess.append(f"{fit.efficiency()['min_ess_bulk']:.6g}")
-print(f"median call {1e3 * np.median(seconds):.1f} ms; min ESS by seed: {' '.join(ess)}")
+    draws.append(hashlib.sha1(fit.draws.tobytes()).hexdigest()[:8])
+print(f"median call {1e3 * np.median(seconds):.1f} ms; draws by seed: {' '.join(draws)}")
 """
 
 
@@ -45,14 +48,15 @@ def _seeds(text: str) -> str:
     return text
 
 
-def rounds(script: str, versions: list[tuple[str, list[str]]], model: str, seeds: str,
+def rounds(versions: list[tuple[str, list[str]]], model: str, seeds: str,
            n_rounds: int) -> None:
-    """Run ``script`` (``python -c``) with each version's arguments, then ``model`` and
-    the seeds, in a fresh process per version and round, the versions taking turns;
-    print each one's output line."""
+    """Run the calls (:data:`_CALLS`, ``python -c``) with each version's arguments (its
+    checkout, and whether to keep the chain workers), then ``model`` and the seeds, in a
+    fresh process per version and round, the versions taking turns; print each one's
+    output line."""
     for r in range(n_rounds):
         for label, argv in versions:
-            out = subprocess.run([sys.executable, "-c", script, *argv, model, _seeds(seeds)],
+            out = subprocess.run([sys.executable, "-c", _CALLS, *argv, model, _seeds(seeds)],
                                  capture_output=True, text=True, check=True).stdout.strip()
             print(f"round {r + 1} {label:6s} {model}: {out}", flush=True)
 
@@ -64,7 +68,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="2-11")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    rounds(_CALLS, [("before", [str(Path(args.before).resolve())]), ("this", [str(ROOT)])],
+    rounds([("before", [str(Path(args.before).resolve()), "True"]),
+            ("this", [str(ROOT), "True"])],
            args.model, args.seeds, args.rounds)
 
 
