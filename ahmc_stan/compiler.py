@@ -46,7 +46,8 @@ from pathlib import Path
 
 import filelock
 
-__all__ = ["StanCompileError", "CompileError", "compile_model", "cache_dir", "toolchain"]
+__all__ = ["StanCompileError", "CompileError", "compile_model", "cache_dir", "toolchain",
+           "diagnostics_library"]
 
 #: Bumped whenever the build recipe changes in a way the hashed inputs do not show.
 RECIPE_VERSION = "2"
@@ -265,6 +266,31 @@ def _bridge_object(tc: Toolchain, pch: Path) -> Path:
         return ["ahmc_bridge.o"]
 
     return _build_cached(cache_dir() / f"bridge-{tc.key}", build) / "ahmc_bridge.o"
+
+
+_DIAGNOSTICS_SOURCE = "ahmc_diagnostics.cpp"
+_DIAGNOSTICS_LIBRARY = "libahmc_diagnostics.so"
+_DIAGNOSTICS_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-shared")
+
+
+def diagnostics_library() -> Path:
+    """The shared library of ``csrc/ahmc_diagnostics.cpp`` (rank-normalised R-hat and
+    ESS, :mod:`ahmc_stan.rank_diagnostics`'s native path): plain C++ without Stan's
+    headers, built once per source, compiler and flags into ``<cache>/diagnostics-<key>``
+    (a second or two), under the cache's file lock."""
+    cxx = os.environ.get("CXX", "g++")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()[0]
+    source = _CSRC / _DIAGNOSTICS_SOURCE
+    key = _sha256(RECIPE_VERSION, cxx, version, " ".join(_DIAGNOSTICS_FLAGS),
+                  source.read_bytes())[:16]
+
+    def build(tmp: Path) -> list[str]:
+        _run([cxx, *_DIAGNOSTICS_FLAGS, str(source), "-o", _DIAGNOSTICS_LIBRARY],
+             tmp / "build.log", "compiling the native diagnostics", cwd=tmp)
+        return [_DIAGNOSTICS_LIBRARY]
+
+    return _build_cached(cache_dir() / f"diagnostics-{key}", build) / _DIAGNOSTICS_LIBRARY
 
 
 _INCLUDE = re.compile(r'^\s*#include\s+[<"]?([^>"\s]+)[>"]?', re.MULTILINE)

@@ -1,8 +1,9 @@
-"""Every call from Python into a compiled model library, declared in one place.
+"""Every call from Python into a compiled library, declared in one place.
 
 :data:`SIGNATURES` names each C function we call and its ctypes types: the BridgeStan C
-API functions used where bridgestan's own wrapper costs more per call, and ahmc-stan's
-entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``).  :func:`bind` returns a
+API functions used where bridgestan's own wrapper costs more per call, ahmc-stan's
+entry points (``ahmc_*`` in ``csrc/ahmc_bridge.cpp``) and the native diagnostics
+(``csrc/ahmc_diagnostics.cpp``, :func:`rank_diagnostics_entry`).  :func:`bind` returns a
 library's function with its declared types (a function object of our own, so
 bridgestan's declarations of the same symbols are untouched).  :class:`NativeDensity`
 (``model.density``) is the samplers' path to a model's density and derivatives.
@@ -11,11 +12,13 @@ bridgestan's declarations of the same symbols are untouched).  :class:`NativeDen
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
+import subprocess
 
 import numpy as np
 
-__all__ = ["SIGNATURES", "bind", "NativeDensity", "metric_args"]
+__all__ = ["SIGNATURES", "bind", "NativeDensity", "metric_args", "rank_diagnostics_entry"]
 
 _ptr = ctypes.c_void_p
 _int, _bool, _double = ctypes.c_int, ctypes.c_bool, ctypes.c_double
@@ -66,6 +69,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_rmhmc_integrate": (_int, [_ptr, _ptr, _double, _int, *[_ptr] * 4]),
     "ahmc_rmhmc_block": (_int, [_ptr, _ptr, _int, _double, _int, _int, ctypes.c_uint64,
                                 *[_ptr] * 4]),
+    # the native diagnostics' library
+    "ahmc_rank_diagnostics": (_int, [_ptr, _int, _int, _int, _ptr, _int, *[_ptr] * 4]),
 }
 
 
@@ -74,6 +79,20 @@ def bind(lib: ctypes.CDLL, name: str):
     fn = lib[name]
     fn.restype, fn.argtypes = SIGNATURES[name]
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def rank_diagnostics_entry():
+    """``ahmc_rank_diagnostics`` of the native diagnostics' library
+    (:func:`ahmc_stan.compiler.diagnostics_library`, built on first use), or None where
+    it cannot be built or loaded (no C++ compiler): :mod:`ahmc_stan.rank_diagnostics`
+    then computes with numpy alone, to the same values."""
+    from .compiler import CompileError, diagnostics_library
+
+    try:
+        return bind(ctypes.CDLL(str(diagnostics_library())), "ahmc_rank_diagnostics")
+    except (OSError, CompileError, subprocess.SubprocessError):
+        return None
 
 
 def metric_args(inv_metric: np.ndarray | None) -> tuple[int, int | None]:

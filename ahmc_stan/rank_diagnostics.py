@@ -18,10 +18,21 @@ column's split draws are sorted once, for the normal scores, the tail quantiles 
 folded draws' ranks; blocks of columns run in threads.  Results
 equal ArviZ's to rounding (``tests/test_rank_diagnostics.py`` checks them against the
 installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
+
+Where a C++ compiler is at hand, the bulk and tail ESS and R-hat are computed by
+``csrc/ahmc_diagnostics.cpp`` (:data:`NATIVE`), the same steps fused per column: a
+radix sort of the split draws; the normal scores looked up in a table of the scores of
+every whole and half rank (:func:`_score_table`, by scipy's ``ndtri``); the folded
+draws' order by merging the sorted draws below and above the median; autocovariances
+summed lag by lag up to Geyer's truncation, and for the tail indicators counted from
+the positions of their rarer value.  Numpy computes what the library leaves: a column
+with a value that is not finite, a bulk ESS whose truncation lies past the library's
+lags (there the FFT is the cheaper), an odd number of draws.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -191,22 +202,6 @@ def _by_column(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(np.asarray(values, dtype=float), 2, 0))
 
 
-def _masked(x: np.ndarray, min_chains: int, compute) -> np.ndarray:
-    """``compute`` on the valid columns of ``x`` (:func:`_valid`), nan elsewhere;
-    in blocks of columns in threads (:func:`_in_blocks`)."""
-    ok = _valid(x, min_chains)
-    out = np.full(x.shape[0], np.nan)
-    if ok.any():
-        y = x[ok]
-
-        def block(start: int, stop: int) -> np.ndarray:
-            with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-                return compute(y[start:stop])
-
-        out[ok] = np.concatenate(_in_blocks(block, y.shape[0]))
-    return out
-
-
 def _blocks(n_columns: int, threads: int) -> list[tuple[int, int]]:
     """(start, stop) of blocks of at most :data:`BLOCK` columns, as many per thread and
     of equal size to a column (100 columns in two threads: four of 25, not 32, 32, 32
@@ -302,27 +297,27 @@ def _mcse_sd(x):
 def ess_bulk(values: np.ndarray) -> np.ndarray:
     """``arviz.ess(values[:, :, j], method="bulk")`` for every column j of a
     ``(chain, draw, column)`` array."""
-    return _masked(_by_column(values), 1, lambda x: _ess(_split_and_scores(x)[3]))
+    return diagnostics(values, ("ess_bulk",))["ess_bulk"]
 
 
 def ess_tail(values: np.ndarray) -> np.ndarray:
     """``arviz.ess(..., method="tail")`` (the 5 % and 95 % quantiles) per column."""
-    return _masked(_by_column(values), 1, _tail)
+    return diagnostics(values, ("ess_tail",))["ess_tail"]
 
 
 def rhat(values: np.ndarray) -> np.ndarray:
     """``arviz.rhat`` (rank-normalised split R-hat, the larger of bulk and folded)."""
-    return _masked(_by_column(values), 2, lambda x: _rhat_rank(*_split_and_scores(x)))
+    return diagnostics(values, ("r_hat",))["r_hat"]
 
 
 def mcse_mean(values: np.ndarray) -> np.ndarray:
     """``arviz.mcse(..., method="mean")`` per column."""
-    return _masked(_by_column(values), 1, _mcse_mean)
+    return diagnostics(values, ("mcse_mean",))["mcse_mean"]
 
 
 def mcse_sd(values: np.ndarray) -> np.ndarray:
     """``arviz.mcse(..., method="sd")`` per column."""
-    return _masked(_by_column(values), 1, _mcse_sd)
+    return diagnostics(values, ("mcse_sd",))["mcse_sd"]
 
 
 #: At most this many threads: a block's temporaries take about 15 MB at peak (4 × 1000 draws).
@@ -371,21 +366,75 @@ def diagnostics(values: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
 def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
     out = {key: np.full(x.shape[0], np.nan) for key in keys}
     ok = _valid(x, 1)
-    if ok.any():
-        y = x[ok]
-        if {"ess_bulk", "ess_tail", "r_hat"} & set(out):  # the ranks: not for the MCSEs
-            split, order, ordered, z = _split_and_scores(y)
-        if "ess_bulk" in out:
-            out["ess_bulk"][ok] = _ess(z)
-        if "ess_tail" in out:  # an even number of draws: the split holds them all
-            out["ess_tail"][ok] = _tail(y, ordered if y.shape[2] % 2 == 0 else None)
-        if "mcse_mean" in out:
-            out["mcse_mean"][ok] = _mcse_mean(y)
-        if "mcse_sd" in out:
-            out["mcse_sd"][ok] = _mcse_sd(y)
-        if "r_hat" in out and x.shape[1] >= 2:  # R-hat needs two chains (_valid(x, 2))
-            out["r_hat"][ok] = _rhat_rank(split, order, ordered, z)
+    if not ok.any():
+        return out
+    ranked = [key for key in ("ess_bulk", "ess_tail", "r_hat") if key in out
+              and (key != "r_hat" or x.shape[1] >= 2)]  # R-hat needs two chains
+    y = x[ok]
+    # each statistic where the native library did not compute it, by numpy
+    rest = {key: ~done for key, done in _native_block(y, ranked, out, ok).items()}
+    if any(left.any() for left in rest.values()):
+        redo = np.logical_or.reduce(list(rest.values()))
+        split, order, ordered, z = _split_and_scores(y[redo])
+        numpy = {"ess_bulk": lambda: _ess(z),
+                 # an even number of draws: the split holds them all
+                 "ess_tail": lambda: _tail(y[redo], ordered if y.shape[2] % 2 == 0 else None),
+                 "r_hat": lambda: _rhat_rank(split, order, ordered, z)}
+        for key, left in rest.items():
+            if left.any():
+                out[key][np.flatnonzero(ok)[redo][left[redo]]] = numpy[key]()[left[redo]]
+    if "mcse_mean" in out:
+        out["mcse_mean"][ok] = _mcse_mean(y)
+    if "mcse_sd" in out:
+        out["mcse_sd"][ok] = _mcse_sd(y)
     return out
+
+
+#: Whether :func:`diagnostics` computes the bulk and tail ESS and R-hat in the native
+#: library (``csrc/ahmc_diagnostics.cpp``) where it can be built: the same statistics to
+#: rounding, several times faster (``benchmarks/bench_diagnostics.py``).
+NATIVE = True
+_WANT = {"ess_bulk": 1, "ess_tail": 2, "r_hat": 4}
+
+
+@functools.lru_cache(maxsize=8)
+def _score_table(n: int) -> np.ndarray:
+    """Blom's normal scores of the ranks 1, 1.5, 2, ..., n of n draws (a tie's mean rank
+    is a whole or half number), each as :func:`_normal_scores` computes it."""
+    table = ndtri((np.arange(2 * n - 1) * 0.5 + 1.0 - _BLOM) / (n - 2 * _BLOM + 1))
+    table.flags.writeable = False
+    return table
+
+
+def _native_block(y: np.ndarray, ranked: list[str], out: dict[str, np.ndarray],
+                  where: np.ndarray) -> dict[str, np.ndarray]:
+    """The statistics ``ranked`` of the columns ``y`` (``(k, chain, draw)``) by the native
+    library, written into ``out[key]`` at the columns ``where`` selects; returns, for each
+    of ``ranked``, which columns it computed (none where it cannot run: odd draws, no
+    library; see ``ahmc_rank_diagnostics`` for the others it leaves)."""
+    k, chains, draws = y.shape
+    done = np.zeros(k, np.intc)
+    values = {key: np.full(k, np.nan) for key in _WANT}
+    entry = _native_entry() if NATIVE and ranked and draws % 2 == 0 and draws >= 4 else None
+    if entry is not None:
+        y = np.ascontiguousarray(y, dtype=float)
+        table = _score_table(chains * draws)
+        if entry(y.ctypes.data, k, chains, draws, table.ctypes.data,
+                 sum(_WANT[key] for key in ranked), values["ess_bulk"].ctypes.data,
+                 values["ess_tail"].ctypes.data, values["r_hat"].ctypes.data,
+                 done.ctypes.data):
+            done[:] = 0
+    computed = {key: (done & _WANT[key]) != 0 for key in ranked}
+    columns = np.flatnonzero(where)
+    for key, yes in computed.items():
+        out[key][columns[yes]] = values[key][yes]
+    return computed
+
+
+def _native_entry():
+    from .native import rank_diagnostics_entry
+
+    return rank_diagnostics_entry()
 
 
 def arviz_diagnostics(values: np.ndarray) -> dict[str, np.ndarray]:

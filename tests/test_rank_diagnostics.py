@@ -117,3 +117,54 @@ def test_fft_length_is_scipys():
 
     for n in list(range(1, 3000)) + [10007, 40000, 65537, 99991]:
         assert rd.next_fast_len(n) == next_fast_len(n), n
+
+
+@pytest.mark.parametrize("chains,draws", [(4, 1000), (1, 1000), (2, 4), (8, 2000), (3, 101)])
+def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
+    """The native library (``csrc/ahmc_diagnostics.cpp``) and numpy alone give the same
+    statistics to rounding, on columns of every kind; with an even number of draws the
+    library computes every finite column's tail ESS and R-hat, and the bulk ESS of those
+    whose autocorrelations do not reach past its lags."""
+    from ahmc_stan.native import rank_diagnostics_entry
+
+    assert rank_diagnostics_entry() is not None  # a C++ compiler is at hand here
+    rng = np.random.default_rng(chains * 7 + draws)
+    x = np.concatenate([awkward_draws(rng, chains, draws),
+                        rng.standard_normal((chains, draws, 30)).cumsum(axis=1)[..., ::3],
+                        np.round(rng.standard_normal((chains, draws, 5)), 1)], axis=2)
+    native = rd.diagnostics(x)
+    monkeypatch.setattr(rd, "NATIVE", False)
+    numpy = rd.diagnostics(x)
+    for key in rd.KEYS:
+        np.testing.assert_allclose(native[key], numpy[key], rtol=1e-12, atol=0,
+                                   equal_nan=True, err_msg=key)
+    monkeypatch.undo()
+    y = rd._by_column(x)
+    ok = rd._valid(y, 1) & np.isfinite(y).all(axis=(1, 2))
+    out = {key: np.full(y.shape[0], np.nan) for key in ("ess_bulk", "ess_tail", "r_hat")}
+    ranked = ["ess_bulk", "ess_tail"] + (["r_hat"] if chains >= 2 else [])
+    computed = rd._native_block(y[ok], ranked, out, ok)
+    if draws % 2:
+        assert not any(done.any() for done in computed.values())
+    else:
+        assert computed["ess_tail"].all()
+        assert chains < 2 or computed["r_hat"].all()
+        bulk = dict(zip(np.flatnonzero(ok), computed["ess_bulk"]))
+        assert all(bulk[c] for c in range(24, 29))  # rounded draws: ties, short memory
+        if draws >= 1000:  # random walks: autocorrelations past the library's lags
+            assert not any(bulk[c] for c in range(14, 24))
+
+
+def test_without_a_compiler_numpy_computes_alone(monkeypatch, tmp_path):
+    """No C++ compiler: the library is not built, and the statistics are numpy's."""
+    from ahmc_stan import native
+
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("AHMC_STAN_CACHE", str(tmp_path / "cache"))
+    assert native.rank_diagnostics_entry.__wrapped__() is None
+    monkeypatch.setattr(rd, "_native_entry", native.rank_diagnostics_entry.__wrapped__)
+    x = awkward_draws(np.random.default_rng(9), 4, 400)
+    without = rd.diagnostics(x)
+    monkeypatch.setattr(rd, "NATIVE", False)
+    for key, value in rd.diagnostics(x).items():
+        np.testing.assert_array_equal(without[key], value, err_msg=key)

@@ -55,11 +55,12 @@ def tail_rejections(x: np.ndarray, rejected: np.ndarray,
     one stratum: the ratio of the two rates."""
     x = np.asarray(x, dtype=float)
     rej = np.asarray(rejected, dtype=float).reshape(-1)
-    # each column's quantiles from its draws sorted in a row of their own (as along
-    # axis 0, which partitions strided columns, three times slower)
+    # each column's quantiles from its draws in a row of their own (along axis 0 numpy
+    # partitions strided columns, three times slower), partitioned in place (a sort
+    # first gives the same values in half again the time)
     rows = np.array(x.T, order="C")  # a copy (x.T of one column is x itself)
-    rows.sort(axis=1)
-    q = np.quantile(rows, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=1)
+    q = np.quantile(rows, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=1,
+                    overwrite_input=True)
     labels = np.zeros(x.shape[0], dtype=int) if strata is None else np.asarray(strata)
     in_stratum = (labels == np.unique(labels)[:, None]).astype(float)  # (strata, n)
     n_strata = in_stratum.shape[0]
