@@ -395,6 +395,7 @@ def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
 #: rounding, several times faster (``benchmarks/bench_diagnostics.py``).
 NATIVE = True
 _WANT = {"ess_bulk": 1, "ess_tail": 2, "r_hat": 4}
+_SCORED = 8  # the library's flag: a column's normal scores written for numpy's bulk ESS
 
 
 @functools.lru_cache(maxsize=8)
@@ -411,7 +412,9 @@ def _native_block(y: np.ndarray, ranked: list[str], out: dict[str, np.ndarray],
     """The statistics ``ranked`` of the columns ``y`` (``(k, chain, draw)``) by the native
     library, written into ``out[key]`` at the columns ``where`` selects; returns, for each
     of ``ranked``, which columns it computed (none where it cannot run: odd draws, no
-    library; see ``ahmc_rank_diagnostics`` for the others it leaves)."""
+    library; see ``ahmc_rank_diagnostics`` for the others it leaves).  A bulk ESS whose
+    autocorrelations reach past the library's lags is computed here, by the FFT
+    (:func:`_ess`), from the normal scores the library returns."""
     k, chains, draws = y.shape
     done = np.zeros(k, np.intc)
     values = {key: np.full(k, np.nan) for key in _WANT}
@@ -419,11 +422,16 @@ def _native_block(y: np.ndarray, ranked: list[str], out: dict[str, np.ndarray],
     if entry is not None:
         y = np.ascontiguousarray(y, dtype=float)
         table = _score_table(chains * draws)
+        z = np.empty((k, chains * draws)) if "ess_bulk" in ranked else None
         if entry(y.ctypes.data, k, chains, draws, table.ctypes.data,
                  sum(_WANT[key] for key in ranked), values["ess_bulk"].ctypes.data,
                  values["ess_tail"].ctypes.data, values["r_hat"].ctypes.data,
-                 done.ctypes.data):
+                 done.ctypes.data, None if z is None else z.ctypes.data):
             done[:] = 0
+        scored = (done & _SCORED) != 0  # the bulk ESS left to the FFT, from the scores
+        if scored.any():
+            values["ess_bulk"][scored] = _ess(z[scored].reshape(-1, 2 * chains, draws // 2))
+            done[scored] |= _WANT["ess_bulk"]
     computed = {key: (done & _WANT[key]) != 0 for key in ranked}
     columns = np.flatnonzero(where)
     for key, yes in computed.items():

@@ -11,8 +11,9 @@
    largest relative difference.  With ``--baseline REV`` (a git revision), also
    ``rank_diagnostics.diagnostics`` as it was at REV, timed alternately with today's on
    the same draws (the best of 7 calls each), on AR(1) draws and on AR(1) draws of which
-   a fifth repeat the draw before, as a rejected proposal leaves them (ties), with
-   whether the two give the same values bit for bit.
+   a fifth repeat the draw before, as a rejected proposal leaves them (ties), for the
+   three statistics a run's checks use and for all five, with whether the two give the
+   same values bit for bit and their largest relative difference.
 2. **A new user's first run**: in a fresh Python process per run, ``import ahmc_stan``,
    the (cached) model, then ``tune_and_sample(model, seed=...)`` with its defaults.
    Reported: that call's wall time, the chains' own seconds (warmup + sampling, summed
@@ -57,7 +58,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ahmc_stan.comparison import to_markdown  # noqa: E402
-from ahmc_stan.rank_diagnostics import _threads, arviz_diagnostics, diagnostics  # noqa: E402
+from ahmc_stan.rank_diagnostics import (  # noqa: E402
+    CONVERGENCE_KEYS, KEYS, _threads, arviz_diagnostics, diagnostics)
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -132,6 +134,7 @@ def baseline_module(rev: str):
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("rank_diagnostics_baseline", path)
     module = importlib.util.module_from_spec(spec)
+    module.__package__ = "ahmc_stan"  # its relative imports: today's package
     spec.loader.exec_module(module)
     return module
 
@@ -143,20 +146,27 @@ def against_baseline(columns: list[int], seed: int, rev: str) -> list[dict]:
     for k in columns:
         x = ar1_draws(rng, 4, 1000, k)
         for label, draws in (("AR(1)", x), ("AR(1), 20 % repeated", with_repeats(rng, x, 0.2))):
-            a, b = old(draws), diagnostics(draws)
-            same = all(np.array_equal(a[key], b[key], equal_nan=True) for key in a)
-            t_old, t_new = [], []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                old(draws)
-                t1 = time.perf_counter()
-                diagnostics(draws)
-                t2 = time.perf_counter()
-                t_old.append(t1 - t0)
-                t_new.append(t2 - t1)
-            rows.append({"columns": k, "draws": label, f"{rev} s": min(t_old),
-                         "now s": min(t_new), "speed-up": min(t_old) / min(t_new),
-                         "same values": same})
+            for which, keys in (("bulk, tail ESS, R-hat", CONVERGENCE_KEYS),
+                                ("all five", KEYS)):
+                a, b = old(draws, keys), diagnostics(draws, keys)
+                with np.errstate(all="ignore"):
+                    diff = max(float(np.nanmax(np.abs(b[key] / a[key] - 1), initial=0.0))
+                               for key in a)
+                t_old, t_new = [], []
+                for _ in range(7):
+                    t0 = time.perf_counter()
+                    old(draws, keys)
+                    t1 = time.perf_counter()
+                    diagnostics(draws, keys)
+                    t2 = time.perf_counter()
+                    t_old.append(t1 - t0)
+                    t_new.append(t2 - t1)
+                rows.append({"columns": k, "draws": label, "statistics": which,
+                             f"{rev} s": min(t_old), "now s": min(t_new),
+                             "speed-up": min(t_old) / min(t_new),
+                             "same values": all(np.array_equal(a[key], b[key], equal_nan=True)
+                                                for key in a),
+                             "max rel. difference": diff})
     return rows
 
 

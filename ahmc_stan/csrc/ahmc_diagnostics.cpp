@@ -242,10 +242,12 @@ extern "C" {
 // series of h = draws / 2 (the split) and table the 2 m h - 1 normal scores: out_bulk,
 // out_tail, out_rhat (want: bit 1 bulk, 2 tail, 4 R-hat) and in done[c] the bits of those
 // computed; the numpy path computes the rest (a column with a value that is not finite;
-// a bulk ESS whose truncation lies past MAX_LAGS; R-hat of one chain is nan).
+// R-hat of one chain is nan).  A finite column's bulk ESS whose truncation lies past
+// MAX_LAGS is left too, its normal scores (2 chains series of h, each chain's halves
+// in turn) written to z_out (k rows of 2 m h) unless it is null, and bit 8 set.
 int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const double* table,
                           int want, double* out_bulk, double* out_tail, double* out_rhat,
-                          int* done) {
+                          int* done, double* z_out) {
   if (draws % 2 != 0 || draws < 4 || chains < 1) return 1;
   const int h = draws / 2, m = 2 * chains, n = m * h;
   Scratch s;
@@ -261,7 +263,12 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
     scores(s.sorted.data(), s.order.data(), n, table, s.z.data());
     if (want & 1) {
       out_bulk[c] = ess(s.z.data(), m, h, s.dev);
-      if (!std::isnan(out_bulk[c])) done[c] |= 1;
+      if (!std::isnan(out_bulk[c]))
+        done[c] |= 1;
+      else if (z_out != nullptr) {  // the scores, for the FFT's ESS
+        std::memcpy(z_out + static_cast<size_t>(c) * n, s.z.data(), n * sizeof(double));
+        done[c] |= 8;
+      }
     }
     if (want & 2) {
       double low = indicator_ess(col, quantile(s.sorted.data(), n, 0.05), m, h, s);
