@@ -540,14 +540,21 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     names = model.param_names(include_tp=True, include_gq=True)
     gq_rngs = np.random.SeedSequence([seed, gq_key]).spawn(len(results))
 
+    itself = len(names) == model.dims and model.constrains_to_itself  # the positions
+
     def constrained(r, rows, gq_seed):
+        if itself:
+            return r.positions[rows].copy()
         return model.constrain(r.positions[rows], include_tp=True, include_gq=True,
                                rng=np.random.default_rng(gq_seed))
 
     warm_rows, samp_rows = slice(0, n_warm), slice(warmup, warmup + n_samp)
-    stack = lambda rows: np.array(model.constrain_each(  # noqa: E731
-        [r.positions[rows] for r in results], [np.random.default_rng(s) for s in gq_rngs],
-        include_tp=True, include_gq=True))
+    if itself:
+        stack = lambda rows: np.array([r.positions[rows] for r in results])  # noqa: E731
+    else:
+        stack = lambda rows: np.array(model.constrain_each(  # noqa: E731
+            [r.positions[rows] for r in results],
+            [np.random.default_rng(s) for s in gq_rngs], include_tp=True, include_gq=True))
     stats = lambda rows: {k: np.array([r.stats[k][rows] for r in results])
                           for k in results[0].stats}
     incomplete = interrupted or any(r.interrupted for r in results) or n_samp < kept_draws \

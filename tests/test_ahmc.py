@@ -509,3 +509,21 @@ def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_mod
     assert repr(fit._check_cache["slow_chains"]) == repr(found)
     other = tune_and_sample(constrained_model, **kw)
     assert other._param_diag_cache is None and "slow_chains" not in other._check_cache
+
+
+def test_a_model_that_constrains_to_itself_keeps_its_positions(gauss2d, monkeypatch):
+    """Where the parameters are the unconstrained coordinates themselves, the fit holds
+    the chains' positions without constraining them: the same draws, warmup's too, as
+    the model's own constraining gives."""
+    from ahmc_stan import sampling
+
+    chains = []
+    assemble = sampling._assemble
+    monkeypatch.setattr(sampling, "_assemble", lambda model, sampler, results, *a, **k: (
+        chains.append(results) or assemble(model, sampler, results, *a, **k)))
+    fit = tune_and_sample(gauss2d, chains=2, warmup=100, draws=100, seed=3, progress=False,
+                          diagnose=False, metric_rerun=False, extend=False)
+    assert gauss2d.constrains_to_itself and len(fit.columns) == gauss2d.dims
+    for draws, rows in ((fit.draws, slice(100, 200)), (fit.warmup_draws, slice(0, 100))):
+        np.testing.assert_array_equal(
+            draws, np.array([gauss2d.constrain(r.positions[rows]) for r in chains[-1]]))
