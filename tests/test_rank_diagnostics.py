@@ -124,7 +124,8 @@ def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
     """The native library (``csrc/ahmc_diagnostics.cpp``) and numpy alone give the same
     statistics to rounding, on columns of every kind (random walks: autocorrelations
     past the library's lags); with an even number of draws the library computes every
-    finite column's statistics (a random walk's bulk ESS from its scores by the FFT)."""
+    finite column's statistics (a random walk's bulk ESS from its scores by the FFT), but
+    the tail ESS of long binary chains (more pairs to count than the FFT's work)."""
     from ahmc_stan.native import rank_diagnostics_entry
 
     assert rank_diagnostics_entry() is not None  # a C++ compiler is at hand here
@@ -157,7 +158,9 @@ def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
     if draws % 2:
         assert not any(done.any() for done in computed.values())
     else:
-        assert computed["ess_tail"].all()
+        binary = np.flatnonzero(ok) == 5  # half its draws at the 5 % quantile
+        assert computed["ess_tail"][~binary].all()
+        assert computed["ess_tail"][binary].all() == (draws < 1000)  # pairs past the FFT's
         assert chains < 2 or computed["r_hat"].all()
         assert computed["ess_bulk"].all()
 

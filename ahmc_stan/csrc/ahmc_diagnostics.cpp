@@ -193,13 +193,16 @@ double ess(const double* x, int m, int h, std::vector<double>& dev) {
 // the positions of the rarer value (ones or zeros: the complement's autocovariances are
 // the same) counted exactly: with J that indicator, c its ones and mu = c / h, the sum
 // over i < h - t of (J_i - mu)(J_i+t - mu) is pairs_t - mu (ones below h - t + ones from
-// t) + (h - t) mu^2.
+// t) + (h - t) mu^2.  NaN (left to the FFT) where the pairs would outnumber its work:
+// many ties at a quantile in long chains.
 double indicator_ess(const double* x, double q, int m, int h, Scratch& s) {
   const int size = m * h;
   int ones = 0;
   for (int i = 0; i < size; ++i) ones += x[i] <= q;
   if (ones == 0 || ones == size) return size;
   const bool rare_one = 2 * ones <= size;
+  const double rare = rare_one ? ones : size - ones;  // pairs to count: about rare^2 / 2m
+  if (rare * rare > 64.0 * m * size) return std::nan("");  // more than the FFT costs
   std::vector<double> means(m);
   s.acov.assign(h, 0.0);
   for (int k = 0; k < m; ++k) {
@@ -242,7 +245,7 @@ extern "C" {
 // series of h = draws / 2 (the split) and table the 2 m h - 1 normal scores: out_bulk,
 // out_tail, out_rhat (want: bit 1 bulk, 2 tail, 4 R-hat) and in done[c] the bits of those
 // computed; the numpy path computes the rest (a column with a value that is not finite;
-// R-hat of one chain is nan).  A finite column's bulk ESS whose truncation lies past
+// a tail ESS with more pairs to count than the FFT's work; R-hat of one chain is nan).  A finite column's bulk ESS whose truncation lies past
 // MAX_LAGS is left too, its normal scores (2 chains series of h, each chain's halves
 // in turn) written to z_out (k rows of 2 m h) unless it is null, and bit 8 set.
 int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const double* table,
@@ -273,8 +276,10 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
     if (want & 2) {
       double low = indicator_ess(col, quantile(s.sorted.data(), n, 0.05), m, h, s);
       double high = indicator_ess(col, quantile(s.sorted.data(), n, 0.95), m, h, s);
-      out_tail[c] = high < low ? high : low;
-      done[c] |= 2;
+      if (!std::isnan(low) && !std::isnan(high)) {
+        out_tail[c] = high < low ? high : low;
+        done[c] |= 2;
+      }
     }
     if ((want & 4) && chains >= 2) {
       // The folded draws |x - median| in ascending order: the draws at or below the
