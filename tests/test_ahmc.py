@@ -458,11 +458,12 @@ def _fake_chain(c, sleep=0.0, fail=None):
 def test_every_chain_a_worker_takes_is_waited_for(monkeypatch):
     """``sampling._share``: the forked worker takes each next chain from the shared
     counter when free, and this process waits for every chain it took, here the last
-    one (100 ms) long after this process finished its own."""
+    one (1 s) long after this process finished its own (0.5 s: time for the worker to
+    be forked and start on a loaded machine, where 20 ms was not)."""
     from ahmc_stan import sampling
 
     monkeypatch.setattr(sampling, "_run_one", _fake_chain)
-    jobs = [(0, 0.02), (1, 0.001), (2, 0.001), (3, 0.1)]
+    jobs = [(0, 0.5), (1, 0.001), (2, 0.001), (3, 1.0)]
     results, interrupted = sampling._execute(jobs, 2)
     assert not interrupted
     assert [r.job for r in results] == [0, 1, 2, 3]
