@@ -143,6 +143,15 @@ def _sha256(*parts: bytes | str) -> str:
     return digest.hexdigest()
 
 
+def _compiler() -> tuple[str, str]:
+    """The C++ compiler (``$CXX``, else g++) and the first line of its ``--version``
+    (read on each call: its callers cache what they build from it)."""
+    cxx = os.environ.get("CXX", "g++")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()[0]
+    return cxx, version
+
+
 @functools.lru_cache(maxsize=None)
 def toolchain() -> Toolchain:
     """Locate stanc and the Stan headers in the installed httpstan package."""
@@ -153,10 +162,7 @@ def toolchain() -> Toolchain:
     stanc_version = subprocess.run(
         [str(stanc), "--version"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    cxx = os.environ.get("CXX", "g++")
-    cxx_version = subprocess.run(
-        [cxx, "--version"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()[0]
+    cxx, cxx_version = _compiler()
     flags = tuple(_CXXFLAGS)
     pch_key = _sha256(
         RECIPE_VERSION, str(httpstan_dir), getattr(httpstan, "__version__", "?"),
@@ -278,9 +284,7 @@ def diagnostics_library() -> Path:
     ESS, :mod:`ahmc_stan.rank_diagnostics`'s native path): plain C++ without Stan's
     headers, built once per source, compiler and flags into ``<cache>/diagnostics-<key>``
     (a second or two), under the cache's file lock."""
-    cxx = os.environ.get("CXX", "g++")
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
-                             check=True).stdout.splitlines()[0]
+    cxx, version = _compiler()
     source = _CSRC / _DIAGNOSTICS_SOURCE
     key = _sha256(RECIPE_VERSION, cxx, version, " ".join(_DIAGNOSTICS_FLAGS),
                   source.read_bytes())[:16]

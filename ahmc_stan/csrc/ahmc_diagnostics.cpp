@@ -25,11 +25,19 @@ inline uint64_t sort_key(double v) {
   return (u >> 63) ? ~u : (u | 0x8000000000000000ULL);
 }
 
+// The means of m series of h values each and their mean within-series variance (ddof 1),
+// shared by the split R-hat and the ESS of the same values.
+struct Series {
+  std::vector<double> means;
+  double within = 0.0;
+};
+
 struct Scratch {
   std::vector<uint64_t> key, key2;
   std::vector<uint32_t> order, order2, merged;
   std::vector<double> sorted, z, folded, indicator, dev, acov, pairs, below;
   std::vector<uint32_t> count;
+  Series series, folded_series;  // of the normal scores z and of the folded draws' scores
   void size(int n) {
     key.resize(n); key2.resize(n); order.resize(n); order2.resize(n); merged.resize(n);
     sorted.resize(n); z.resize(n); folded.resize(n); indicator.resize(n); dev.resize(n);
@@ -88,9 +96,8 @@ void scores(const double* sorted, const uint32_t* order, int n, const double* ta
   }
 }
 
-// Split R-hat of m series of h values each (rank_diagnostics._rhat_plain).
-double rhat_plain(const double* x, int m, int h) {
-  std::vector<double> means(m);
+void series_moments(const double* x, int m, int h, Series& out) {
+  out.means.resize(m);
   double within = 0.0;
   for (int s = 0; s < m; ++s) {
     const double* xs = x + static_cast<size_t>(s) * h;
@@ -98,17 +105,21 @@ double rhat_plain(const double* x, int m, int h) {
     for (int i = 0; i < h; ++i) sum += xs[i];
     double mean = sum / h, ss = 0.0;
     for (int i = 0; i < h; ++i) ss += (xs[i] - mean) * (xs[i] - mean);
-    means[s] = mean;
+    out.means[s] = mean;
     within += ss / (h - 1);
   }
-  within /= m;
+  out.within = within / m;
+}
+
+// Split R-hat from the series' moments (rank_diagnostics._rhat_plain).
+double rhat_plain(const Series& series, int m, int h) {
   double grand = 0.0;
-  for (double v : means) grand += v;
+  for (double v : series.means) grand += v;
   grand /= m;
   double between = 0.0;
-  for (double v : means) between += (v - grand) * (v - grand);
+  for (double v : series.means) between += (v - grand) * (v - grand);
   between = h * between / (m - 1);
-  return std::sqrt((between / within + h - 1) / h);
+  return std::sqrt((between / series.within + h - 1) / h);
 }
 
 // ESS from the series' mean autocovariance ``acov(lag)`` (sums over h), lag 0's
@@ -158,9 +169,9 @@ double variance(const std::vector<double>& v) {
   return ss / (v.size() - 1.0);
 }
 
-// ESS of m series of h values (the autocovariances summed lag by lag); a column that
-// does not vary: its draws; NaN past MAX_LAGS.
-double ess(const double* x, int m, int h, std::vector<double>& dev) {
+// ESS of m series of h values with moments `series` (the autocovariances summed lag by
+// lag); a column that does not vary: its draws; NaN past MAX_LAGS.
+double ess(const double* x, int m, int h, const Series& series, std::vector<double>& dev) {
   const int size = m * h;
   double lo = x[0], hi = x[0];
   for (int i = 1; i < size; ++i) {
@@ -168,12 +179,9 @@ double ess(const double* x, int m, int h, std::vector<double>& dev) {
     hi = x[i] > hi ? x[i] : hi;
   }
   if (hi - lo < RESOLUTION) return size;
-  std::vector<double> means(m);
+  const std::vector<double>& means = series.means;
   for (int s = 0; s < m; ++s) {
     const double* xs = x + static_cast<size_t>(s) * h;
-    double sum = 0.0;
-    for (int i = 0; i < h; ++i) sum += xs[i];
-    means[s] = sum / h;
     for (int i = 0; i < h; ++i) dev[s * h + i] = xs[i] - means[s];
   }
   auto mean_acov = [&](int lag) {
@@ -264,8 +272,10 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
     if (!finite) continue;
     radix_order(col, n, s);  // each chain's halves in turn: the split draws
     scores(s.sorted.data(), s.order.data(), n, table, s.z.data());
+    const bool rhat = (want & 4) && chains >= 2;
+    if ((want & 1) || rhat) series_moments(s.z.data(), m, h, s.series);
     if (want & 1) {
-      out_bulk[c] = ess(s.z.data(), m, h, s.dev);
+      out_bulk[c] = ess(s.z.data(), m, h, s.series, s.dev);
       if (!std::isnan(out_bulk[c]))
         done[c] |= 1;
       else if (z_out != nullptr) {  // the scores, for the FFT's ESS
@@ -281,7 +291,7 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
         done[c] |= 2;
       }
     }
-    if ((want & 4) && chains >= 2) {
+    if (rhat) {
       // The folded draws |x - median| in ascending order: the draws at or below the
       // median from the median down, merged with those above it from the median up.
       const double* o = s.sorted.data();
@@ -297,8 +307,9 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
         s.merged[j++] = s.order[p];
       }
       scores(s.folded.data(), s.merged.data(), n, table, s.indicator.data());
-      const double bulk = rhat_plain(s.z.data(), m, h);
-      const double tail = rhat_plain(s.indicator.data(), m, h);
+      const double bulk = rhat_plain(s.series, m, h);
+      series_moments(s.indicator.data(), m, h, s.folded_series);
+      const double tail = rhat_plain(s.folded_series, m, h);
       out_rhat[c] = tail > bulk ? tail : bulk;
       done[c] |= 4;
     }
