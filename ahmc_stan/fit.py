@@ -42,11 +42,11 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Fit", "load_fit", "REQUIRED_STATS", "ARVIZ_STAT_NAMES"]
+__all__ = ["Fit", "Deferred", "load_fit", "REQUIRED_STATS", "ARVIZ_STAT_NAMES"]
 
 #: Statistics every sampler records, one value per iteration.
 REQUIRED_STATS = ("accept_stat", "step_size", "n_grad", "divergent")
@@ -93,6 +93,16 @@ def _as_stats(stats: Mapping[str, Any] | None, shape: tuple[int, int], what: str
                              "(chains, draws)")
         out[str(name)] = arr
     return out
+
+
+class Deferred:
+    """An array of known ``shape`` that ``make()`` computes when first needed (a Fit's
+    :attr:`Fit.warmup_draws`)."""
+
+    __slots__ = ("shape", "make")
+
+    def __init__(self, shape: tuple[int, ...], make: Callable[[], np.ndarray]):
+        self.shape, self.make = tuple(int(n) for n in shape), make
 
 
 class Fit:
@@ -152,12 +162,13 @@ class Fit:
             raise ValueError(f"sampler_stats lacks the required statistics {missing}")
 
         if warmup_draws is not None:
-            warmup_draws = np.asarray(warmup_draws, dtype=float)
-            if warmup_draws.ndim != 3 or warmup_draws.shape[0] != chains \
-                    or warmup_draws.shape[2] != draws.shape[2]:
-                raise ValueError(f"warmup_draws has shape {warmup_draws.shape}; expected "
+            if not isinstance(warmup_draws, Deferred):
+                warmup_draws = np.asarray(warmup_draws, dtype=float)
+            shape = tuple(warmup_draws.shape)
+            if len(shape) != 3 or shape[0] != chains or shape[2] != draws.shape[2]:
+                raise ValueError(f"warmup_draws has shape {shape}; expected "
                                  f"({chains}, warmup, {draws.shape[2]})")
-        self.warmup_draws = warmup_draws
+        self._warmup_draws = warmup_draws
         if warmup_sampler_stats is not None:
             first = next(iter(warmup_sampler_stats.values()), None)
             n_warm = (warmup_draws.shape[1] if warmup_draws is not None
@@ -208,9 +219,33 @@ class Fit:
         return self.draws.shape[1]
 
     @property
+    def warmup_draws(self) -> np.ndarray | None:
+        """The warmup iterations' draws ``(chains, warmup, columns)``, or None.  A sampler
+        may hand them over :class:`Deferred` (constraining them costs as much as the
+        sampling draws'): they are then computed on first use, the same values."""
+        warm = self._warmup_draws
+        if isinstance(warm, Deferred):
+            values = np.asarray(warm.make(), dtype=float)
+            if values.shape != warm.shape:
+                raise ValueError(f"deferred warmup_draws came with shape {values.shape}; "
+                                 f"announced {warm.shape}")
+            self._warmup_draws = warm = values
+        return warm
+
+    @property
     def n_warmup(self) -> int:
         """Saved warmup iterations per chain (0 if none were kept)."""
-        return 0 if self.warmup_draws is None else self.warmup_draws.shape[1]
+        return 0 if self._warmup_draws is None else self._warmup_draws.shape[1]
+
+    def __getstate__(self) -> dict:
+        """Pickled and copied with the warmup draws computed (no deferred work)."""
+        self.warmup_draws  # noqa: B018  (computes them)
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict) -> None:
+        if "warmup_draws" in state:  # pickled before the warmup draws could be deferred
+            state["_warmup_draws"] = state.pop("warmup_draws")
+        self.__dict__.update(state)
 
     @property
     def params(self) -> np.ndarray:

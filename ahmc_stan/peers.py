@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .fit import Fit
+from .fit import Deferred, Fit
 
 __all__ = ["PEERS", "run_peer", "run_nutpie"]
 
@@ -137,7 +137,8 @@ def _fit_from_trace(model, trace, seed: int, warmup: int, draws: int, chain_seco
     share = grads_w / (grads_w + grads_s) if grads_w + grads_s else 0.5
     fit = Fit(constrain(samp_rows, (chains, -1), gq_seeds[0]), names, samp_stats,
               n_params=len(model.param_names()),
-              warmup_draws=constrain(warm_rows, (chains, -1), gq_seeds[1]),
+              warmup_draws=Deferred((chains, warmup, len(names)),  # when first used
+                                    lambda: constrain(warm_rows, (chains, -1), gq_seeds[1])),
               warmup_sampler_stats=warm_stats,
               time_warmup=chain_seconds * share, time_sampling=chain_seconds * (1 - share),
               sampler="nutpie_lowrank" if low_rank else "nutpie",

@@ -36,7 +36,7 @@ import numpy as np
 
 from .chain_rerun import continue_slow_chains, last_state, rerun_stray_chains
 from .convergence import seed_slow_chains, slow_chains
-from .fit import Fit
+from .fit import Deferred, Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.fast_warmup import WARMUP as FAST_WARMUP, FastWarmup
@@ -567,10 +567,13 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
             constrained(r, slice(warmup + n_samp, warmup + r.n_sampling), s)
             if r.n_sampling > n_samp else np.empty((0, len(names)))
             for r, s in zip(results, tail_rngs)]}
+    warm_shape = (len(results), n_warm, len(names))
     return Fit(
         stack(samp_rows).reshape(len(results), n_samp, len(names)), names, samp_stats,
         n_params=len(model.param_names()),
-        warmup_draws=stack(warm_rows).reshape(len(results), n_warm, len(names)),
+        # the warmup's constrained draws when first used (they cost as much again)
+        warmup_draws=stack(warm_rows).reshape(warm_shape) if itself else Deferred(
+            warm_shape, lambda: stack(warm_rows).reshape(warm_shape)),
         warmup_sampler_stats=warm_stats,
         cost_units=_cost_units(model, results, warm_stats, samp_stats),
         time_warmup=sum(r.time_warmup for r in results),
@@ -1152,7 +1155,7 @@ def _concatenate(first: Fit, part: Fit) -> Fit:
             metadata[key] = part.metadata[key]
     return Fit(np.concatenate([first.draws, part.draws], axis=1), first.columns,
                {k: cat(k) for k in first.sampler_stats}, n_params=first.n_params,
-               warmup_draws=first.warmup_draws,
+               warmup_draws=first._warmup_draws,  # as it is: computed or deferred
                warmup_sampler_stats=first.warmup_sampler_stats,
                n_grad_warmup=first.n_grad_warmup, n_eval_warmup=first.n_eval_warmup,
                n_grad_sampling=first.n_grad_sampling + part.n_grad_sampling,

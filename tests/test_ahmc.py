@@ -528,3 +528,33 @@ def test_a_model_that_constrains_to_itself_keeps_its_positions(gauss2d, monkeypa
     for draws, rows in ((fit.draws, slice(100, 200)), (fit.warmup_draws, slice(0, 100))):
         np.testing.assert_array_equal(
             draws, np.array([gauss2d.constrain(r.positions[rows]) for r in chains[-1]]))
+
+
+def test_a_fits_warmup_draws_are_constrained_when_first_used(constrained_model, monkeypatch):
+    """A model that does not constrain to itself: the fit's warmup draws are computed on
+    first use (not in the call), the values the model's constraining gives with the
+    fit's generated-quantities seeds, and a pickled fit carries them computed."""
+    import pickle
+
+    from ahmc_stan import sampling
+    from ahmc_stan.fit import Deferred
+
+    chains = []
+    assemble = sampling._assemble
+    monkeypatch.setattr(sampling, "_assemble", lambda model, sampler, results, *a, **k: (
+        chains.append(results) or assemble(model, sampler, results, *a, **k)))
+    fit = tune_and_sample(constrained_model, chains=2, warmup=100, draws=100, seed=4,
+                          progress=False, diagnose=False, metric_rerun=False, extend=False)
+    assert isinstance(fit._warmup_draws, Deferred) and fit.n_warmup == 100
+    copy = pickle.loads(pickle.dumps(fit))
+    assert not isinstance(fit._warmup_draws, Deferred)  # pickling computed them
+    seeds = np.random.SeedSequence([4, 1]).spawn(2)
+    expected = np.array([constrained_model.constrain(
+        r.positions[:100], include_tp=True, include_gq=True, rng=np.random.default_rng(s))
+        for r, s in zip(chains[-1], seeds)])
+    np.testing.assert_array_equal(fit.warmup_draws, expected)
+    np.testing.assert_array_equal(copy.warmup_draws, expected)
+    sigma = fit.warmup_draws[..., fit.columns.index("sigma")]
+    np.testing.assert_allclose(fit.warmup_draws[..., fit.columns.index("sigma_sq")],
+                               sigma ** 2, rtol=1e-12)
+    assert (sigma > 0).all()
