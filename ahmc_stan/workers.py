@@ -296,8 +296,9 @@ class Snapshot:
     def _our_modules() -> dict[str, types.ModuleType]:
         """Every ``ahmc_stan`` module but this one (whose state is the kept workers'
         own bookkeeping, which no chain reads)."""
-        return {name: m for name, m in list(sys.modules.items())
-                if _ours(name) and name != __name__ and isinstance(m, types.ModuleType)}
+        return {name: m for name, m in list(sys.modules.items())  # startswith: the cheap
+                if name.startswith("ahmc_stan") and _ours(name)  # filter first
+                and name != __name__ and isinstance(m, types.ModuleType)}
 
     def _watch(self, obj, seen: set[int]) -> bool:
         if id(obj) in seen:
@@ -356,7 +357,7 @@ class Snapshot:
         """Whether everything snapshotted is as it was."""
         try:
             return (self._modules == self._our_modules()
-                    and all(dict(vars(obj)) == attrs for obj, attrs in self._attrs)
+                    and all(vars(obj) == attrs for obj, attrs in self._attrs)  # no copy
                     and all(_equal(obj, kept) for obj, kept in self._contents)
                     and self._code == self._function_state()
                     and _same_environment(self._environment, self._environment_state()))
