@@ -96,6 +96,7 @@ void scores(const double* sorted, const uint32_t* order, int n, const double* ta
   }
 }
 
+// The Series of m series of h values each, x's first h values the first series.
 void series_moments(const double* x, int m, int h, Series& out) {
   out.means.resize(m);
   double within = 0.0;
