@@ -118,7 +118,8 @@ class Fit:
         ``step_size``, ``n_grad`` and ``divergent``.
     n_params : number of parameters-block columns (default: all columns); diagnostics
         of efficiency use only these.
-    warmup_draws, warmup_sampler_stats : the same for the warmup iterations (optional).
+    warmup_draws, warmup_sampler_stats : the same for the warmup iterations (optional;
+        the draws may be :class:`Deferred`, computed when first read).
     n_grad_warmup, n_grad_sampling : total gradient evaluations over all chains; default
         to the sums of the ``n_grad`` statistic (warmup: 0 when warmup stats are absent).
     n_eval_warmup, n_eval_sampling : kind → total evaluations of the other kinds

@@ -296,8 +296,9 @@ class Snapshot:
     def _our_modules() -> dict[str, types.ModuleType]:
         """Every ``ahmc_stan`` module but this one (whose state is the kept workers'
         own bookkeeping, which no chain reads)."""
-        return {name: m for name, m in list(sys.modules.items())  # startswith: the cheap
-                if name.startswith("ahmc_stan") and _ours(name)  # filter first
+        # str.startswith first: a cheap filter of the thousand or more modules loaded
+        return {name: m for name, m in list(sys.modules.items())
+                if name.startswith("ahmc_stan") and _ours(name)
                 and name != __name__ and isinstance(m, types.ModuleType)}
 
     def _watch(self, obj, seen: set[int]) -> bool:
