@@ -571,9 +571,8 @@ def _assemble(model: StanModel, sampler: str, results: list[ChainResult], seed: 
     return Fit(
         stack(samp_rows).reshape(len(results), n_samp, len(names)), names, samp_stats,
         n_params=len(model.param_names()),
-        # the warmup's constrained draws when first used (they cost as much again)
-        warmup_draws=stack(warm_rows).reshape(warm_shape) if itself else Deferred(
-            warm_shape, lambda: stack(warm_rows).reshape(warm_shape)),
+        # the warmup's draws when first used (constraining them costs as much again)
+        warmup_draws=Deferred(warm_shape, lambda: stack(warm_rows).reshape(warm_shape)),
         warmup_sampler_stats=warm_stats,
         cost_units=_cost_units(model, results, warm_stats, samp_stats),
         time_warmup=sum(r.time_warmup for r in results),

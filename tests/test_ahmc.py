@@ -512,16 +512,23 @@ def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_mod
     assert other._param_diag_cache is None and "slow_chains" not in other._check_cache
 
 
-def test_a_model_that_constrains_to_itself_keeps_its_positions(gauss2d, monkeypatch):
-    """Where the parameters are the unconstrained coordinates themselves, the fit holds
-    the chains' positions without constraining them: the same draws, warmup's too, as
-    the model's own constraining gives."""
+def _assembled_chains(monkeypatch) -> list:
+    """The chain results each fit is assembled from, one list per fit, appended as the
+    calls assemble them."""
     from ahmc_stan import sampling
 
     chains = []
     assemble = sampling._assemble
     monkeypatch.setattr(sampling, "_assemble", lambda model, sampler, results, *a, **k: (
         chains.append(results) or assemble(model, sampler, results, *a, **k)))
+    return chains
+
+
+def test_a_model_that_constrains_to_itself_keeps_its_positions(gauss2d, monkeypatch):
+    """Where the parameters are the unconstrained coordinates themselves, the fit holds
+    the chains' positions without constraining them: the same draws, warmup's too, as
+    the model's own constraining gives."""
+    chains = _assembled_chains(monkeypatch)
     fit = tune_and_sample(gauss2d, chains=2, warmup=100, draws=100, seed=3, progress=False,
                           diagnose=False, metric_rerun=False, extend=False)
     assert gauss2d.constrains_to_itself and len(fit.columns) == gauss2d.dims
@@ -536,13 +543,9 @@ def test_a_fits_warmup_draws_are_constrained_when_first_used(constrained_model, 
     fit's generated-quantities seeds, and a pickled fit carries them computed."""
     import pickle
 
-    from ahmc_stan import sampling
     from ahmc_stan.fit import Deferred
 
-    chains = []
-    assemble = sampling._assemble
-    monkeypatch.setattr(sampling, "_assemble", lambda model, sampler, results, *a, **k: (
-        chains.append(results) or assemble(model, sampler, results, *a, **k)))
+    chains = _assembled_chains(monkeypatch)
     fit = tune_and_sample(constrained_model, chains=2, warmup=100, draws=100, seed=4,
                           progress=False, diagnose=False, metric_rerun=False, extend=False)
     assert isinstance(fit._warmup_draws, Deferred) and fit.n_warmup == 100
