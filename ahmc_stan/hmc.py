@@ -105,6 +105,11 @@ class DensityKernel:
         raise NotImplementedError
 
 
+#: The most trials of Stan's first-step-size heuristic: one, then at most 100 doublings or
+#: halvings (:func:`~ahmc_stan.tuning.step_size.initial_step_size`).
+INIT_TRIALS = 101
+
+
 class HMCKernel(DensityKernel):
     """HMC on a model's density (``model.density``)."""
 
@@ -122,6 +127,21 @@ class HMCKernel(DensityKernel):
             params.step_size, params.num_steps, params.jitter, inv_metric, seed, n_iter,
             self.max_energy_error, x, grad, state.logdensity)
         return HMCState(x, lp, grad), self._info(out)
+
+    def initial_step_size(self, rng: np.random.Generator, state: HMCState, inv_metric,
+                          step_size: float = 1.0, target: float = 0.8) -> float:
+        """Stan's first step size (:func:`~ahmc_stan.tuning.step_size.initial_step_size`
+        with one-step trajectories from ``state``) in one call into C++: the same trials,
+        each seeded as :meth:`step` would seed it from ``rng``, so the step size and
+        ``rng``'s state afterwards are those of that loop over :meth:`step`."""
+        before = rng.bit_generator.state
+        seeds = rng.integers(0, 2**63, size=INIT_TRIALS, dtype=np.int64)
+        eps, trials = self.density.init_stepsize(
+            step_size, target, as_native(inv_metric), seeds.view(np.uint64),
+            self.max_energy_error, state.position, state.logdensity_grad, state.logdensity)
+        rng.bit_generator.state = before  # then as many seeds as the trials took
+        rng.integers(0, 2**63, size=trials, dtype=np.int64)
+        return eps
 
     def tuned_run(self, rng: np.random.Generator, state: HMCState, inv_metric, tuner,
                   block_size: int, n_iter: int, max_grads: float):

@@ -36,9 +36,12 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_param_constrain_rows": (_int, [_ptr, _bool, _bool, _int, _ptr, ctypes.c_uint,
                                          _ptr, ctypes.POINTER(ctypes.c_char_p)]),
     "ahmc_gradient_seconds": (_double, [_ptr, _ptr, _int]),
+    "ahmc_log_density_gradient_rows": (_int, [_ptr, _int, _ptr, _ptr, _ptr]),
     "ahmc_leapfrog": (_int, [_ptr, _int, _double, _int, _ptr, _ptr, _ptr, _ptr, _ptr]),
     "ahmc_hmc_block": (_int, [_ptr, _int, _double, _int, _int, _int, _ptr, ctypes.c_uint64,
                               _double, *[_ptr] * 11]),
+    "ahmc_init_stepsize": (_int, [_ptr, _double, _double, _int, _ptr, _ptr, _int, _double,
+                                  _ptr, _ptr, _double, _ptr]),
     "ahmc_hmc_adapt_block": (_int, [_ptr, _int, _double, _ptr, _double, _int, _int,
                                     _double, _int, _ptr, ctypes.c_uint64, _double, _double,
                                     *[_ptr] * 17]),
@@ -128,6 +131,7 @@ class NativeDensity:
         self._leapfrog = self.entry("ahmc_leapfrog")
         self._hmc_block = self.entry("ahmc_hmc_block")
         self._adapt_block = self.entry("ahmc_hmc_adapt_block")
+        self._init_stepsize = self.entry("ahmc_init_stepsize")
         self._draw_momenta = self.entry("ahmc_draw_momenta")
         self._seconds = self.entry("ahmc_gradient_seconds")
 
@@ -155,6 +159,20 @@ class NativeDensity:
                       grad_out.ctypes.data):
             return -np.inf
         return self._lp.value
+
+    def log_density_gradient_rows(self, x: np.ndarray, grad_out: np.ndarray) -> np.ndarray:
+        """:meth:`log_density_gradient` at each row of ``x`` (n × dims), the gradients
+        written to the rows of ``grad_out``, in one C++ call where the library is
+        ahmc-stan's; returns the log densities (``-inf`` where not finite)."""
+        x = np.ascontiguousarray(x, dtype=float)
+        if not self.native or not grad_out.flags.c_contiguous:
+            return np.array([self.log_density_gradient(x[i], grad_out[i])
+                             for i in range(len(x))], dtype=float)
+        lp = np.empty(len(x))
+        if self.entry("ahmc_log_density_gradient_rows")(
+                self._handle, len(x), x.ctypes.data, lp.ctypes.data, grad_out.ctypes.data):
+            lp[~(np.isfinite(lp) & np.isfinite(grad_out).all(axis=1))] = -np.inf
+        return lp
 
     def leapfrog(self, n_steps: int, step_size: float, inv_metric: np.ndarray | None,
                  x: np.ndarray, p: np.ndarray, grad: np.ndarray, lp: float) -> tuple[float, int]:
@@ -203,6 +221,27 @@ class NativeDensity:
                 *(out[k].ctypes.data for k, _ in self._BLOCK_OUTPUTS)):
             raise ValueError("the dense inverse metric is not positive definite")
         return self._lp.value, out
+
+    def init_stepsize(self, step_size: float, target: float,
+                      inv_metric: np.ndarray | None, seeds: np.ndarray,
+                      max_energy_error: float, x: np.ndarray, grad: np.ndarray,
+                      lp: float) -> tuple[float, int]:
+        """Stan's first step size in one C++ call (``ahmc_init_stepsize``): from
+        ``step_size``, doubled or halved until the acceptance probability of one leapfrog
+        step from (``x``, ``grad``, ``lp``) crosses ``target``, trial k an iteration of
+        :meth:`hmc_block` (one step, no jitter) seeded by ``seeds[k]`` (uint64).  Returns
+        (step size, trials made)."""
+        if not self.native:
+            raise RuntimeError("HMC needs a library built by ahmc-stan (unset BRIDGESTAN)")
+        eps = ctypes.c_double()
+        seeds = np.ascontiguousarray(seeds, dtype=np.uint64)
+        trials = self._init_stepsize(
+            self._handle, step_size, target, *metric_args(inv_metric), seeds.ctypes.data,
+            len(seeds), max_energy_error, x.ctypes.data, grad.ctypes.data, lp,
+            ctypes.addressof(eps))
+        if trials < 0:
+            raise ValueError("the dense inverse metric is not positive definite")
+        return eps.value, trials
 
     def hmc_adapt_block(self, path_length: float, max_steps, jitter: bool,
                         inv_metric: np.ndarray | None, seed: int, n_iter: int,

@@ -978,8 +978,10 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     stages = (quarter, every_draw) if quarter.sum() > x.shape[1] + 2 else (every_draw,)
     start = time.perf_counter()
     for done in stages:  # a quarter first (enough draws for it), the rest unless clear
-        for i in np.flatnonzero(done & ~have):
-            model.density.log_density_gradient(x[i], g[i])  # rows of C-ordered arrays
+        rows = np.flatnonzero(done & ~have)
+        out = np.empty((len(rows), x.shape[1]))
+        model.density.log_density_gradient_rows(x[rows], out)
+        g[rows] = out
         have = done
         misfit = gaussian_misfit(x[done], g[done])
         if not misfit >= MISFIT_CLEAR:

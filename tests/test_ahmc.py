@@ -84,6 +84,38 @@ def test_kernel_step_info_and_jitter(gauss2d):
     assert not np.shares_memory(new.position, state.position)
 
 
+def test_first_step_size_in_cpp_is_the_python_heuristic(mvn_model):
+    """HMCKernel.initial_step_size (one call into C++) gives Stan's heuristic of
+    tuning.step_size over one-step ``kernel.step`` trials, and leaves the Generator where
+    that loop leaves it, for the identity, a diagonal, a dense and a low-rank inverse
+    metric, from starting step sizes that double and that halve."""
+    from ahmc_stan.metric import LowRankInvMetric
+    from ahmc_stan.tuning.step_size import initial_step_size
+
+    kernel, dims = HMCKernel(mvn_model.density), mvn_model.dims
+    q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(dims, 2)))
+    metrics = [None, np.array([0.25, 1.0, 4.0]),
+               np.array([[1.0, 0.6, 0.2], [0.6, 2.0, -0.5], [0.2, -0.5, 0.7]]),
+               LowRankInvMetric(np.array([0.5, 1.5, 1.0]), q, np.array([3.0, 0.2]))]
+    found = set()
+    for k, inv_metric in enumerate(metrics):
+        for seed, (x, eps0) in enumerate([(np.zeros(dims), 1.0), (np.full(dims, 3.0), 1e-3),
+                                          (np.array([0.5, -1.0, 2.0]), 40.0)]):
+            state = kernel.init(x)
+            python, native = np.random.default_rng([k, seed]), np.random.default_rng([k, seed])
+
+            def log_accept(eps):
+                _, info = kernel.step(python, state, HMCParameters(eps, 1, inv_metric,
+                                                                   jitter=False))
+                return np.log(max(info.acceptance_rate[0], 1e-300))
+
+            want = initial_step_size(log_accept, eps0)
+            assert kernel.initial_step_size(native, state, inv_metric, eps0) == want
+            assert native.bit_generator.state == python.bit_generator.state
+            found.add((want > eps0) - (want < eps0))
+    assert found == {-1, 1}  # both directions taken
+
+
 def test_divergence_and_non_finite_density_reject(gauss2d):
     kernel = HMCKernel(gauss2d.density)
     state = kernel.init(np.array([0.5, 0.5]))

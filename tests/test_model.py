@@ -183,6 +183,16 @@ def test_reject_region(tmp_path):
     rng = np.random.default_rng(9)
     for _ in range(20):
         assert model.initial_point(rng)[0] <= 1
+    # many points in one call: each row's log density and gradient as one call gives
+    x = np.array([[2.0, 0.0], [0.5, -0.3], [1.5, 1.0], [-0.2, 0.7]])
+    rows = np.full_like(x, np.nan)
+    lp = model.density.log_density_gradient_rows(x, rows)
+    for i in range(len(x)):
+        one = np.full(2, np.nan)
+        assert lp[i] == model.density.log_density_gradient(x[i], one)
+        if np.isfinite(lp[i]):
+            np.testing.assert_array_equal(rows[i], one)
+    assert np.isinf(lp).tolist() == [True, False, True, False]
 
 
 def test_initial_point_fails_clearly_after_max_tries(tmp_path):

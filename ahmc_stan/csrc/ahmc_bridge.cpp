@@ -565,7 +565,7 @@ int bs_set_print_callback(print_callback_t callback, char** error_msg) {
 // ahmc-stan's entry points for samplers.  The Python side calls them through ctypes with
 // preallocated buffers; none allocates an error message.
 
-int ahmc_layer_version() { return 3; }
+int ahmc_layer_version() { return 4; }
 
 // 1 if Hessians and Hessian-vector products are exact (forward-over-reverse autodiff,
 // csrc/ahmc_second_order.hpp), 0 if central differences of autodiff gradients.
@@ -586,6 +586,20 @@ int ahmc_log_density_gradient(const bs_model* m, bool propto, bool jacobian,
     if (!std::isfinite(grad[i])) return 1;
   }
   return 0;
+}
+
+// ahmc_log_density_gradient at `n_rows` points (rows of `theta_unc`, row-major) in one
+// call: the log densities to `lp` and the gradients to the rows of `grad`, each as that
+// function leaves them.  Returns how many points it flagged (threw or not finite).
+int ahmc_log_density_gradient_rows(const bs_model* m, int n_rows, const double* theta_unc,
+                                   double* lp, double* grad) {
+  const size_t n = m->param_unc_num;
+  int flagged = 0;
+  for (int i = 0; i < n_rows; ++i) {
+    flagged += ahmc_log_density_gradient(m, true, true, theta_unc + i * n, lp + i,
+                                         grad + i * n);
+  }
+  return flagged;
 }
 
 // bs_param_constrain for `n_rows` points (rows of `theta_unc`, row-major) in one call, the
@@ -766,6 +780,15 @@ class hmc_transitions {
   block_rng& rng() { return rng_; }
   // The next iterations draw from `seed` (as a new block of ahmc_hmc_block would).
   void reseed(uint64_t seed) { rng_ = block_rng(seed); }
+  // Back to the state (x, grad, lp), the next iterations drawing from `seed`: as a new
+  // block of ahmc_hmc_block from that state would.
+  void restart(const double* x, const double* grad, double lp, uint64_t seed) {
+    cur_ = 0;
+    xs_[0] = Eigen::Map<const vector_d>(x, n_);
+    gs_[0] = Eigen::Map<const vector_d>(grad, n_);
+    lp_ = lp;
+    reseed(seed);
+  }
 
   // Iteration i: draws the momentum, L_r ~ Uniform{1..max_steps} (max_steps without
   // `jitter`) and u ~ Uniform(0, 1], in this order; accepts iff u < exp(-dH); writes
@@ -866,6 +889,44 @@ int ahmc_hmc_block(const bs_model* m, int n_iter, double eps, int max_steps, int
   }
   chain.write_state(x, grad, lp);
   return 0;
+}
+
+// Stan's heuristic for a first step size (base_hmc::init_stepsize; the loop of
+// initial_step_size in ahmc_stan/tuning/step_size.py): from `eps0`, double eps while
+// log min(1, exp(-dH)) of one leapfrog step from (x, grad, lp) at a fresh momentum is
+// above log(`target`), or halve it while it is below, stopping when it crosses or eps
+// leaves (1e-7, 1e7).  Trial k is the one-step iteration of ahmc_hmc_block (L = 1, no
+// jitter) from that state with `seeds[k]`, at most `n_seeds` trials.  Writes the step
+// size to *eps_out and returns the trials made, or -1 when a dense `inv_metric` is not
+// positive definite.
+int ahmc_init_stepsize(const bs_model* m, double eps0, double target, int metric,
+                       const double* inv_metric, const uint64_t* seeds, int n_seeds,
+                       double max_energy_error, const double* x, const double* grad,
+                       double lp, double* eps_out) {
+  hmc_transitions chain(m, metric, inv_metric, 0, max_energy_error, x, grad, lp);
+  if (!chain.ok()) return -1;
+  std::vector<double> draw(m->param_unc_num);
+  int trials = 0;
+  auto log_accept = [&](double eps) {
+    int n_steps, accepted, divergent, n_grad;
+    double accept, energy, lp_out;
+    chain.restart(x, grad, lp, seeds[trials++]);
+    chain.step(0, eps, 1, false, &n_steps, draw.data(), nullptr, &accept, &accepted,
+               &divergent, &energy, &lp_out, &n_grad);
+    return std::log(std::max(accept, 1e-300));
+  };
+  const double log_target = std::log(target);
+  double eps = eps0;
+  const int direction = log_accept(eps) > log_target ? 1 : -1;
+  for (int k = 0; k < 100 && trials < n_seeds; ++k) {
+    eps = direction == 1 ? eps * 2 : eps / 2;
+    if (!(1e-7 < eps && eps < 1e7)) break;
+    const double h = log_accept(eps);
+    if (direction == 1 && !(h > log_target)) break;
+    if (direction == -1 && !(h < log_target)) break;
+  }
+  *eps_out = eps;
+  return trials;
 }
 
 // Warmup iterations with Stan's step-size adaptation (dual averaging of log eps, Hoffman

@@ -265,11 +265,8 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
     restarts = WarmupRestarts(max_restarts, detect_stuck)
     eps = math.nan
     with rec.running(warmup):
-        def log_accept(step_size):  # one leapfrog step with a fresh momentum
-            _, info = kernel.step(rng, state, HMCParameters(step_size, 1, jitter=False))
-            return math.log(max(info.acceptance_rate[0], 1e-300))
-
-        averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+        averager = DualAveraging(kernel.initial_step_size(rng, state, None),
+                                 target=adapt_delta)
         detector = restarts.detector(len(x0), averager.step_size)
         while rec.n < warmup:  # a block of iterations per call, ε adapted in C++
             state, steps = adapt_steps(
@@ -282,7 +279,8 @@ def run_hmc(model, rng: np.random.Generator, x0: np.ndarray, warmup: int, draws:
                 check_stuck(detector, steps, averager, rec.n - len(steps.step_size))
             except WarmupStuck as stuck:  # start the warmup afresh from a new point
                 state = kernel.init(restarts.restart(stuck, rec, model, rng))
-                averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+                averager = DualAveraging(kernel.initial_step_size(rng, state, None),
+                                         target=adapt_delta)
                 detector = restarts.detector(len(x0), averager.step_size)
             if rec.n % block_size == 0:
                 progress(rec.n)

@@ -280,9 +280,14 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
         _, info = kernel.step(rng, state, HMCParameters(eps, 1, inv_metric, jitter=False))
         return math.log(max(info.acceptance_rate[0], 1e-300))
 
+    def first_step_size(eps=1.0):  # Stan's heuristic from the current state
+        if hasattr(kernel, "initial_step_size"):  # in one call into C++
+            return kernel.initial_step_size(rng, state, inv_metric, eps)
+        return initial_step_size(log_accept, eps)
+
     if n_iter == 0:
         return state, inv_metric, None
-    averager = DualAveraging(initial_step_size(log_accept), target=adapt_delta)
+    averager = DualAveraging(first_step_size(), target=adapt_delta)
     detector = restarts.detector(dims, averager.step_size) if restarts is not None else None
     positions, grads, divergent = [], [], []
     last_window_end = max(window_start, default=None)
@@ -362,7 +367,7 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
                 watch = False
         else:
             continue
-        averager.restart(initial_step_size(log_accept, averager.final))
+        averager.restart(first_step_size(averager.final))
         if detector is not None:
             detector.restart(averager.step_size)
     return state, inv_metric, averager.final
