@@ -294,13 +294,19 @@ def _check_incomplete(fit):
 
 
 def _varying(fit) -> np.ndarray:
-    """Parameters-block columns whose draws are not all equal."""
-    p = fit.params
-    if p.size == 0:
-        return np.zeros(p.shape[2], dtype=bool)
-    flat = p.reshape(-1, p.shape[2])
-    with np.errstate(invalid="ignore"):
-        return ~np.all(flat == flat[:1], axis=0)
+    """Parameters-block columns whose draws are not all equal (computed once per fit:
+    its draws do not change)."""
+    cache = getattr(fit, "_check_cache", {})
+    if "varying" not in cache:
+        p = fit.params
+        if p.size == 0:
+            cache["varying"] = np.zeros(p.shape[2], dtype=bool)
+        else:
+            flat = p.reshape(-1, p.shape[2])
+            with np.errstate(invalid="ignore"):
+                cache["varying"] = ~np.all(flat == flat[:1], axis=0)
+        cache["varying"].flags.writeable = False
+    return cache["varying"]
 
 
 def _check_rhat_ess(fit):
@@ -382,18 +388,28 @@ def _check_divergences(fit):
         convergence=serious)]
 
 
+def _spreads(fit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each chain's sd of each parameter (chains × k), the pooled sd (k) and whether each
+    chain's draws are all identical (chains): computed once per fit."""
+    cache = getattr(fit, "_check_cache", {})
+    if "spreads" not in cache:
+        p = fit.params
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sd = p.std(axis=1)                                 # (chains, k)
+            pooled = p.reshape(-1, p.shape[2]).std(axis=0)     # (k,)
+        cache["spreads"] = (sd, pooled, np.all(p == p[:, :1], axis=(1, 2)))
+    return cache["spreads"]
+
+
 def _check_stuck(fit):
     p = fit.params
     chains, n, k = p.shape
     out = []
     if n >= 2 and k > 0:
-        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
-            warnings.simplefilter("ignore", RuntimeWarning)
-            sd = p.std(axis=1)                                 # (chains, k)
-            pooled = p.reshape(-1, k).std(axis=0)              # (k,)
+        sd, pooled, never = _spreads(fit)                      # never: every draw identical
         flat = sd <= STUCK_RELATIVE_SD * pooled                # no variation in that chain
         varies = (pooled > 0) & ~flat                          # ... somewhere else it varies
-        never = np.all(p == p[:, :1], axis=(1, 2))             # every draw identical
         for c in range(chains):
             stuck_cols = np.flatnonzero(flat[c] & varies.any(axis=0))
             if never[c] and ((pooled > 0).any() or chains == 1):

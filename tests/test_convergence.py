@@ -794,6 +794,9 @@ class _LogGammaDensity:
             grad_out[0] = self.shape - np.exp(x[0])
         return 0.0
 
+    def log_density_gradient_rows(self, x, grad_out):
+        return np.array([self.log_density_gradient(row, g) for row, g in zip(x, grad_out)])
+
 
 def test_metric_rerun_runs_when_the_draws_are_far_from_gaussian():
     """A fit that passes every check but whose low-rank chains' draws are far from
