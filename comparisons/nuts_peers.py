@@ -28,7 +28,9 @@ sampler the median over seeds of min bulk ESS per gradient *warmup included* and
 second (warmup included: of the call's wall time, what the user waits, and of the chains'
 own time, chain-seconds; ``report`` says what each leaves out), their ratio to the best of
 the three NUTS, and the worst R-hat;
-also min tail and folded ESS per gradient, the spread's counterparts.
+also min tail and folded ESS per gradient, the spread's counterparts, and for our
+samplers a bootstrap interval of the ratios per gradient and per call second
+(:func:`interval`: how far the seeds alone move them).
 Writes ``comparisons/results/nuts_peers.md`` and ``.json``.
 """
 
@@ -163,6 +165,31 @@ def summarise(runs: dict, peers: list) -> dict:
     return {"runs": runs, "median": med, "best_nuts": best}
 
 
+#: Resamples and level of :func:`interval`.
+BOOTSTRAP, LEVEL = 2000, 0.9
+
+
+def interval(runs: dict, sampler: str, peers: list, key: str, seed: int = 0
+             ) -> tuple[float, float]:
+    """The ``LEVEL`` bootstrap interval of ``sampler``'s median of ``key`` over its runs ÷
+    the best of the ``peers``' medians, the seeds resampled together (a seed's samplers
+    ran back to back, so a slow spell of the machine falls on all of them); the runs of
+    each sampler resampled on their own where their numbers differ.  Fixed ``seed``: the
+    same runs give the same interval."""
+    rng = np.random.default_rng(seed)
+    values = {s: np.array([r[key] for r in runs[s]], dtype=float) for s in [sampler, *peers]}
+    n = {s: len(v) for s, v in values.items()}
+    paired = len(set(n.values())) == 1
+    ratios = np.empty(BOOTSTRAP)
+    for b in range(BOOTSTRAP):
+        idx = rng.integers(0, n[sampler], n[sampler]) if paired else None
+        med = {s: np.median(v[idx if paired else rng.integers(0, n[s], n[s])])
+               for s, v in values.items()}
+        ratios[b] = med[sampler] / max(med[p] for p in peers)
+    low, high = np.quantile(ratios, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return float(low), float(high)
+
+
 def merge(files: list[Path]) -> dict:
     """The models of earlier runs' ``files``, each model's runs at all their seeds
     together (its chains, warmup and draws must agree; the samplers and NUTS those that
@@ -260,6 +287,11 @@ def write(out: Path, rows: dict) -> None:
     out.with_suffix(".md").write_text(report(rows))
 
 
+def _peers(row: dict) -> list:
+    """The NUTS a model's ratios are over (its settings' ``peers``, else all three)."""
+    return row.get("settings", {}).get("peers", PEERS)
+
+
 def report(rows: dict) -> str:
     import pandas as pd
 
@@ -317,6 +349,14 @@ def report(rows: dict) -> str:
             "dims": row["dims"], **{s: row["median"][s][key] / row["best_nuts"][key]
                                     if s in row["median"] and key in row["best_nuts"]
                                     else float("nan") for s in samplers}})
+    ours = [s for s in samplers if s not in PEERS]
+    for title, key in (("per gradient", "per_grad"), ("per second of the call", "per_call_s")):
+        section(f"{100 * LEVEL:.0f} % bootstrap interval of the min ESS {title} ÷ best NUTS "
+                "(the seeds resampled)", lambda name, row, key=key: {
+                    s: "%.3g–%.3g" % interval(row["runs"], s, _peers(row), key)
+                    if s in row["runs"] and all(key in r for r in row["runs"][s])
+                    and all(key in r for p in _peers(row) for r in row["runs"][p])
+                    else "" for s in ours})
     section("Worst R-hat", per_sampler("max_rhat"), ".3f")
     if any("min_ess_folded" in r for row in rows.values() for r in row["median"].values()):
         section("Min folded ESS (median over seeds; the R-hat follows it)",

@@ -250,3 +250,27 @@ def test_robustness_rows_count_fallen_back_chains_of_any_sampler():
     assert robustness.metric_fallbacks(ours) == 1
     assert robustness.metric_fallbacks({"chains": 4}) == 0
     assert robustness.metric_fallbacks({}) == 0
+
+
+def test_peers_bootstrap_interval_resamples_the_seeds_together():
+    """``nuts_peers.interval``: with the seeds resampled together, a sampler whose ESS is
+    twice a peer's at every seed is twice it in every resample, however the seeds spread;
+    with a peer at other seeds, each resampled on its own, the interval holds the ratio of
+    the medians; the same runs give the same interval."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "comparisons" / "nuts_peers.py"
+    spec = importlib.util.spec_from_file_location("nuts_peers_interval", path)
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    spread = np.random.default_rng(3).lognormal(0.0, 0.5, 10)
+    runs = {"ours": [{"per_grad": 2 * v} for v in spread],
+            "nuts": [{"per_grad": v} for v in spread],
+            "nutpie": [{"per_grad": v / 3} for v in spread]}
+    assert peers.interval(runs, "ours", ["nuts", "nutpie"], "per_grad") \
+        == pytest.approx((2.0, 2.0), rel=1e-12)
+    runs["nuts"] = runs["nuts"][:7]
+    low, high = peers.interval(runs, "ours", ["nuts", "nutpie"], "per_grad")
+    point = np.median(2 * spread) / np.median(spread[:7])
+    assert low < point < high
+    assert peers.interval(runs, "ours", ["nuts", "nutpie"], "per_grad") == (low, high)
