@@ -230,6 +230,25 @@ def _worker_sigint(signum, frame):
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _sigint_as_in_a_worker():
+    """A chain run in this (the calling) process: Ctrl-C handled as in a worker
+    (:func:`_worker_sigint`) for the chain's duration.  With Python's default handler a
+    SIGINT that came after the chain had made all its draws, while it was returning them,
+    raised outside the sampler's loop and lost the whole chain; now it stops the call
+    after the chain (:func:`_stopped`), the chain kept.  Only in the main thread and over
+    Python's default handler: a handler of the caller's own is left in place."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    signal.signal(signal.SIGINT, _worker_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _built_in(job: tuple) -> bool:
     """Whether a job's chain runs ahmc-stan's own code only (a built-in sampler, not one
     registered by :func:`register_sampler`): only such a job may go to a kept worker
@@ -339,15 +358,16 @@ def _run_one(model: StanModel, sampler: str, chain: int, seed: np.random.SeedSeq
     global _CHAIN_RUNNING
     if _STOPPED or deadline is not None and time.time() >= deadline:
         return None
-    _CHAIN_RUNNING = True
-    try:
-        with _deadline(deadline), streaming(stream):
-            return _run_chain(model, sampler, chain, seed, init, warmup, draws, progress,
-                              options, radius, resume)
-    except OutOfTime:  # before the sampler's own loop caught it
-        return None
-    finally:
-        _CHAIN_RUNNING = False
+    with _sigint_as_in_a_worker():
+        _CHAIN_RUNNING = True
+        try:
+            with _deadline(deadline), streaming(stream):
+                return _run_chain(model, sampler, chain, seed, init, warmup, draws,
+                                  progress, options, radius, resume)
+        except OutOfTime:  # before the sampler's own loop caught it
+            return None
+        finally:
+            _CHAIN_RUNNING = False
 
 
 class ChainProgress:
@@ -1277,7 +1297,7 @@ def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fra
     from .tuning.windows import adaptation_windows
     from .tuning.window_pool import WindowPool
 
-    if parallel not in (None, True) or os.name != "posix":
+    if not _all_cores(parallel) or os.name != "posix":
         raise ValueError("pool_windows=True runs each chain in a forked worker process of "
                          f"its own: it needs parallel=None or True (not {parallel!r}) "
                          "and a POSIX system")
@@ -1287,10 +1307,16 @@ def _window_pool(model: StanModel, chains: int, warmup: int, parallel, scale_fra
                       multiprocessing.get_context("fork"))
 
 
+def _all_cores(parallel) -> bool:
+    """Whether ``parallel`` asks for as many chains at once as cores: ``True`` or
+    ``None``, not the number 1 (which ``1 in (None, True)`` would take for ``True``)."""
+    return parallel is None or parallel is True
+
+
 def _workers(parallel, chains: int) -> int:
     """Worker processes for ``chains`` chains (``parallel`` as :func:`tune_and_sample`
     takes it: ``True``/``None`` as many as cores), at least 1 and at most ``chains``."""
-    workers = (os.cpu_count() or 1) if parallel in (None, True) else int(parallel)
+    workers = (os.cpu_count() or 1) if _all_cores(parallel) else int(parallel)
     return max(1, min(workers, chains))
 
 
@@ -1300,6 +1326,8 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
     (``None`` for a chain that did not run) and whether Ctrl-C stopped them.  With
     ``in_parent`` this process is one of the ``workers`` (:func:`_share`); otherwise all
     run in worker processes (the window pool's chains, each in a process of its own)."""
+    global _STOPPED
+    _STOPPED = False  # this process's chains (_sigint_as_in_a_worker): no Ctrl-C yet
     results: list[ChainResult | None] = [None] * len(jobs)
     if workers == 1 or len(jobs) == 1:
         interrupted = False
@@ -1308,7 +1336,7 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
                 results[c] = _run_one(*job)
             except KeyboardInterrupt:
                 interrupted = True
-            if interrupted or results[c] is None or results[c].interrupted:
+            if interrupted or results[c] is None or results[c].interrupted or _STOPPED:
                 interrupted = True  # Ctrl-C: the remaining chains do not start
                 break
         return results, interrupted

@@ -94,7 +94,7 @@ def _forked_share(jobs, n_workers, in_parent, results, run_one, stopped, init):
                 worker.start()
                 theirs.close()
                 pipes[ours] = worker
-            interrupted = _own_chains(jobs, first, take, results, run_one)
+            interrupted = _own_chains(jobs, first, take, results, run_one, stopped)
         except BaseException:  # the call fails: the workers' chains are not waited for
             stop()
             _end(pipes)
@@ -130,14 +130,14 @@ def _counter(counter, n: int) -> tuple[Callable[[], int | None], Callable[[], No
     return take, stop
 
 
-def _own_chains(jobs, first, take, results, run_one) -> bool:
+def _own_chains(jobs, first, take, results, run_one, stopped) -> bool:
     """This process's chains, from ``first`` on; whether Ctrl-C (or the deadline)
-    stopped one."""
+    stopped one, or came after one had made its draws (``stopped()``)."""
     c = first
     try:
         while c is not None:
             results[c] = run_one(*jobs[c])
-            if results[c] is None or results[c].interrupted:
+            if results[c] is None or results[c].interrupted or stopped():
                 return True  # Ctrl-C or the deadline: no chain starts after it
             c = take()
     except KeyboardInterrupt:
@@ -643,7 +643,7 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init):
                     except OSError:  # it ended meanwhile (idle): the others take its share
                         continue
                     pipes[pipe] = kept.pipes[pipe]
-                interrupted = _own_chains(jobs, first, take, results, run_one)
+                interrupted = _own_chains(jobs, first, take, results, run_one, stopped)
             except BaseException:  # the call fails: its jobs' messages must not remain
                 stop()
                 _drop()

@@ -8,7 +8,7 @@ process per version, the versions taking turns: one call to warm up (seed 1), th
 ``tune_and_sample(model, seed=s, progress=False, diagnose=False)`` per seed, back to
 back.  Prints each version's median call time per round and a hash of each seed's draws,
 which are equal seed for seed when the change did not touch the draws.  With ``--cpu``
-the chains run one after another in the calling process (``parallel=1``) and the time is
+the chains run one after another in the calling process (``parallel=False``) and the time is
 that process's CPU time, which other work on a shared machine disturbs less than the
 wall time.
 """
@@ -26,7 +26,7 @@ _CALLS = """
 import hashlib, sys, time, warnings
 root, keep, name, seeds = sys.argv[1], sys.argv[2] == "True", sys.argv[3], sys.argv[4]
 cpu = sys.argv[5] == "True"
-clock, options = (time.process_time, {"parallel": 1}) if cpu else (time.perf_counter, {})
+clock, options = (time.process_time, {"parallel": False}) if cpu else (time.perf_counter, {})
 sys.path[:0] = [root, root + "/comparisons"]
 import numpy as np, ahmc_stan, nuts_peers
 assert ahmc_stan.__file__.startswith(root), ahmc_stan.__file__

@@ -384,6 +384,50 @@ def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
     assert sorted(lengths) == [n_common, 20000, 20000]
 
 
+def test_parallel_one_runs_the_chains_one_after_another():
+    """``parallel=1`` is one chain at a time, in this process, as ``False`` is (``1 in
+    (None, True)`` took it for ``True``: as many as cores); ``True``/``None`` as many
+    as cores, and never more workers than chains."""
+    from ahmc_stan.sampling import _workers
+
+    cores = os.cpu_count() or 1
+    assert _workers(1, 4) == _workers(False, 4) == 1
+    assert _workers(True, 4) == _workers(None, 4) == min(cores, 4)
+    assert _workers(3, 2) == 2 and _workers(2, 4) == 2
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_ctrl_c_while_a_chain_returns_its_draws_keeps_the_chain(parallel):
+    """Ctrl-C after the calling process's chain has made all its draws, while it returns
+    them (here at the start of ``ChainRecorder.finish``, where a signal can land any time
+    a chain ends): the chain is kept with all its draws and no chain starts after it.  With
+    Python's default handler the KeyboardInterrupt left the sampler's loop and lost the
+    chain: with one process, every chain (the call raised); with two, the caller's, the
+    worker's chain alone returned, with nothing said of the other."""
+    script = textwrap.dedent(f"""
+        import os, signal, ahmc_stan
+        from ahmc_stan.samplers import chain
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 3}})
+        finish, me = chain.ChainRecorder.finish, os.getpid()
+        def interrupted_finish(self, extras):
+            if os.getpid() == me:  # the calling process's chain, not a worker's
+                os.kill(me, signal.SIGINT)
+            return finish(self, extras)
+        chain.ChainRecorder.finish = interrupted_finish
+        fit = ahmc_stan.tune_and_sample(model, chains=2, warmup=200, draws=300, seed=3,
+                                        progress=False, parallel={parallel}, diagnose=False)
+        print("RESULT", fit.incomplete, fit.chains, fit.n_draws,
+              fit.metadata.get("dropped_chains"), flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    # one process: chain 2 does not start; two: the worker's chain 2 runs to its end
+    assert result == [f"RESULT True {parallel} 300 None"], proc.stdout[-3000:]
+
+
 def test_interrupt_in_a_later_chains_warmup_keeps_the_finished_chains(gauss2d):
     """Ctrl-C while chain 3 (run after chains 1–2) is in warmup: chains 1–2 keep all
     their draws, chain 3 is left out and named (it used to cut every chain to 0 draws)."""
