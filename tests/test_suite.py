@@ -235,16 +235,22 @@ def test_compare_cli_takes_exactly_one_of_suite_and_model(capsys):
     assert "exactly one of --suite" in capsys.readouterr().err
 
 
+def _comparison_script(name: str):
+    """``comparisons/<name>.py`` loaded as a module of its own (not on the import path)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "comparisons" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"comparison_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_robustness_rows_count_fallen_back_chains_of_any_sampler():
     """The robustness suite's rows count the returned fit's chains whose metric fell back;
     CmdStan's NUTS keeps the number of chains in ``metadata["chains"]`` (its rows failed
     with a TypeError before)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "comparisons" / "robustness.py"
-    spec = importlib.util.spec_from_file_location("robustness_rows", path)
-    robustness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(robustness)
+    robustness = _comparison_script("robustness")
     ours = {"chains": [{"metric_fallback": None}, {"metric_fallback": {"to": "diag"}},
                        {"metric_fallback": None}, {}]}
     assert robustness.metric_fallbacks(ours) == 1
@@ -257,12 +263,7 @@ def test_peers_bootstrap_interval_resamples_the_seeds_together():
     twice a peer's at every seed is twice it in every resample, however the seeds spread;
     with a peer at other seeds, each resampled on its own, the interval holds the ratio of
     the medians; the same runs give the same interval."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "comparisons" / "nuts_peers.py"
-    spec = importlib.util.spec_from_file_location("nuts_peers_interval", path)
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
+    peers = _comparison_script("nuts_peers")
     spread = np.random.default_rng(3).lognormal(0.0, 0.5, 10)
     runs = {"ours": [{"per_grad": 2 * v} for v in spread],
             "nuts": [{"per_grad": v} for v in spread],
