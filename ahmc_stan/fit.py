@@ -408,15 +408,15 @@ class Fit:
         """
         import pandas as pd
 
+        from .rank_diagnostics import row_quantiles
+
         d = self._diagnostics()
         flat = self.draws.reshape(-1, self.draws.shape[2])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
-        if flat.shape[0]:  # each column's draws sorted in a row (along axis 0, three times
-            rows = np.array(flat.T, order="C")  # slower: it partitions strided columns)
-            rows.sort(axis=1)
-            q = np.quantile(rows, [0.05, 0.5, 0.95], axis=1)
+        if flat.shape[0]:
+            q = row_quantiles(flat.T, [0.05, 0.5, 0.95])
         else:
             q = np.full((3, flat.shape[1]), np.nan)
         return pd.DataFrame({

@@ -178,3 +178,22 @@ def test_without_a_compiler_numpy_computes_alone(monkeypatch, tmp_path):
     monkeypatch.setattr(rd, "NATIVE", False)
     for key, value in rd.diagnostics(x).items():
         np.testing.assert_array_equal(without[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("chains,draws", [(4, 1000), (1, 7), (3, 2)])
+@pytest.mark.parametrize("probs", [[0.1, 0.25, 0.75, 0.9], [0.05, 0.5, 0.95], [0.0, 1.0],
+                                   [0.3]])
+@pytest.mark.parametrize("with_nan", [False, True])
+def test_row_quantiles_equal_numpys_bit_for_bit(chains, draws, probs, with_nan):
+    """The tail check and the summary take their quantiles from a sort: the values of
+    ``np.quantile`` exactly, with ties, heavy tails and infinite draws, and with a
+    column holding a nan (which numpy answers)."""
+    x = awkward_draws(np.random.default_rng(chains + draws), chains, draws)
+    rows = x.reshape(-1, x.shape[2]).T
+    if not with_nan:
+        rows = np.delete(rows, 3, axis=0)
+    with np.errstate(invalid="ignore"):  # inf - inf, as in numpy's own interpolation
+        got, want = rd.row_quantiles(rows, probs), np.quantile(rows, probs, axis=1)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[:, 3]).all() == with_nan  # column 3 held the nan

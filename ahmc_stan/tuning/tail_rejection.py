@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..rank_diagnostics import row_quantiles
+
 __all__ = ["TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO", "TailRejection",
            "tail_rejections"]
 
@@ -55,12 +57,7 @@ def tail_rejections(x: np.ndarray, rejected: np.ndarray,
     one stratum: the ratio of the two rates."""
     x = np.asarray(x, dtype=float)
     rej = np.asarray(rejected, dtype=float).reshape(-1)
-    # each column's quantiles from its draws in a row of their own (along axis 0 numpy
-    # partitions strided columns, three times slower), partitioned in place (a sort
-    # first gives the same values in half again the time)
-    rows = np.array(x.T, order="C")  # a copy (x.T of one column is x itself)
-    q = np.quantile(rows, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION], axis=1,
-                    overwrite_input=True)
+    q = row_quantiles(x.T, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION])
     labels = np.zeros(x.shape[0], dtype=int) if strata is None else np.asarray(strata)
     in_stratum = (labels == np.unique(labels)[:, None]).astype(float)  # (strata, n)
     n_strata = in_stratum.shape[0]
