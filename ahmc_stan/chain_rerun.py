@@ -116,9 +116,11 @@ def stray_chains(results: Sequence[ChainResult], warmup: int) -> list[dict]:
     lp = None if rows is None else _finite_lp(results, rows)
     if lp is None:
         return []
+    means, gap = lp.mean(axis=1), lp_gap_allowed(lp)
+    if means.min() >= means.max() - gap:  # none below any chain's mean by the gap
+        return []
     mass = np.array([log_mass(r.positions[rows], r.stats["lp"][rows]) for r in results])
     best = int(np.argmax(mass))
-    means, gap = lp.mean(axis=1), lp_gap_allowed(lp)
     out = []
     for c in range(len(results)):
         ratio = float(mass[c] - mass[best])
