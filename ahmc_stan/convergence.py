@@ -653,13 +653,13 @@ def _check_tail_rejection(fit):
     cols = np.flatnonzero(_varying(fit))
     if cols.size == 0:
         return []
-    # the transition that starts at draw t is recorded with draw t + 1
-    x = fit.params[:, :-1, cols].reshape(-1, cols.size)
     rej = 1.0 - np.asarray(st["accept_stat"], dtype=float)[:, 1:].reshape(-1, 1)
     if not np.isfinite(rej).all():
         return []
     cache = getattr(fit, "_check_cache", {})  # the draws do not change: computed once
     if "tail_rejections" not in cache:
+        # the transition that starts at draw t is recorded with draw t + 1
+        x = fit.params[:, :-1, cols].reshape(-1, cols.size)
         cache["tail_rejections"] = tail_rejections(x, rej)
     found = cache["tail_rejections"]
     if not found:
