@@ -19,15 +19,17 @@ folded draws' ranks; blocks of columns run in threads.  Results
 equal ArviZ's to rounding (``tests/test_rank_diagnostics.py`` checks them against the
 installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
 
-Where a C++ compiler is at hand, the bulk and tail ESS and R-hat are computed by
-``csrc/ahmc_diagnostics.cpp`` (:data:`NATIVE`), the same steps fused per column: a
-radix sort of the split draws; the normal scores looked up in a table of the scores of
-every whole and half rank (:func:`_score_table`, by scipy's ``ndtri``); the folded
-draws' order by merging the sorted draws below and above the median; autocovariances
-summed lag by lag up to Geyer's truncation, and for the tail indicators counted from
-the positions of their rarer value.  Numpy computes what the library leaves: a column
-with a value that is not finite, a bulk ESS whose truncation lies past the library's
-lags (there the FFT is the cheaper), an odd number of draws.
+Where a C++ compiler is at hand, all five are computed by ``csrc/ahmc_diagnostics.cpp``
+(:data:`NATIVE`), the same steps fused per column: a sort of the split draws (into
+buckets between their extremes, then by insertion; a radix sort where the draws crowd
+into a few buckets); the normal scores looked up in a table of the scores of every whole
+and half rank (:func:`_score_table`, by scipy's ``ndtri``); the folded draws' order by
+merging the sorted draws below and above the median; autocovariances summed lag by lag
+up to Geyer's truncation (for the MCSEs those of the split draws and of their squared
+deviations), and for the tail indicators counted from the positions of their rarer
+value, the sorted draws on its side of the quantile.  Numpy computes what the library
+leaves: a column with a value that is not finite, an ESS whose truncation lies past the
+library's lags (there the FFT is the cheaper), an odd number of draws.
 """
 
 from __future__ import annotations
@@ -368,33 +370,35 @@ def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
     ok = _valid(x, 1)
     if not ok.any():
         return out
-    ranked = [key for key in ("ess_bulk", "ess_tail", "r_hat") if key in out
+    native = [key for key in KEYS if key in out
               and (key != "r_hat" or x.shape[1] >= 2)]  # R-hat needs two chains
     y = x[ok]
     # each statistic where the native library did not compute it, by numpy
-    rest = {key: ~done for key, done in _native_block(y, ranked, out, ok).items()}
-    if any(left.any() for left in rest.values()):
-        redo = np.logical_or.reduce(list(rest.values()))
+    rest = {key: ~done for key, done in _native_block(y, native, out, ok).items()}
+    columns = np.flatnonzero(ok)
+    ranked = [key for key in ("ess_bulk", "ess_tail", "r_hat")
+              if key in rest and rest[key].any()]
+    if ranked:
+        redo = np.logical_or.reduce([rest[key] for key in ranked])
         split, order, ordered, z = _split_and_scores(y[redo])
         numpy = {"ess_bulk": lambda: _ess(z),
                  # an even number of draws: the split holds them all
                  "ess_tail": lambda: _tail(y[redo], ordered if y.shape[2] % 2 == 0 else None),
                  "r_hat": lambda: _rhat_rank(split, order, ordered, z)}
-        for key, left in rest.items():
-            if left.any():
-                out[key][np.flatnonzero(ok)[redo][left[redo]]] = numpy[key]()[left[redo]]
-    if "mcse_mean" in out:
-        out["mcse_mean"][ok] = _mcse_mean(y)
-    if "mcse_sd" in out:
-        out["mcse_sd"][ok] = _mcse_sd(y)
+        for key in ranked:
+            left = rest[key]
+            out[key][columns[redo][left[redo]]] = numpy[key]()[left[redo]]
+    for key, mcse in (("mcse_mean", _mcse_mean), ("mcse_sd", _mcse_sd)):
+        if key in rest and rest[key].any():
+            out[key][columns[rest[key]]] = mcse(y[rest[key]])
     return out
 
 
-#: Whether :func:`diagnostics` computes the bulk and tail ESS and R-hat in the native
+#: Whether :func:`diagnostics` computes its statistics in the native
 #: library (``csrc/ahmc_diagnostics.cpp``) where it can be built: the same statistics to
 #: rounding, several times faster (``benchmarks/bench_diagnostics.py``).
 NATIVE = True
-_WANT = {"ess_bulk": 1, "ess_tail": 2, "r_hat": 4}
+_WANT = {"ess_bulk": 1, "ess_tail": 2, "r_hat": 4, "mcse_mean": 16, "mcse_sd": 32}
 _SCORED = 8  # the library's flag: a column's normal scores written for numpy's bulk ESS
 
 
@@ -407,32 +411,32 @@ def _score_table(n: int) -> np.ndarray:
     return table
 
 
-def _native_block(y: np.ndarray, ranked: list[str], out: dict[str, np.ndarray],
+def _native_block(y: np.ndarray, keys: list[str], out: dict[str, np.ndarray],
                   where: np.ndarray) -> dict[str, np.ndarray]:
-    """The statistics ``ranked`` of the columns ``y`` (``(k, chain, draw)``) by the native
+    """The statistics ``keys`` of the columns ``y`` (``(k, chain, draw)``) by the native
     library, written into ``out[key]`` at the columns ``where`` selects; returns, for each
-    of ``ranked``, which columns it computed (none where it cannot run: odd draws, no
+    of ``keys``, which columns it computed (none where it cannot run: odd draws, no
     library; see ``ahmc_rank_diagnostics`` for the others it leaves).  A bulk ESS whose
     autocorrelations reach past the library's lags is computed here, by the FFT
     (:func:`_ess`), from the normal scores the library returns."""
     k, chains, draws = y.shape
     done = np.zeros(k, np.intc)
     values = {key: np.full(k, np.nan) for key in _WANT}
-    entry = _native_entry() if NATIVE and ranked and draws % 2 == 0 and draws >= 4 else None
+    entry = _native_entry() if NATIVE and keys and draws % 2 == 0 and draws >= 4 else None
     if entry is not None:
         y = np.ascontiguousarray(y, dtype=float)
         table = _score_table(chains * draws)
-        z = np.empty((k, chains * draws)) if "ess_bulk" in ranked else None
+        z = np.empty((k, chains * draws)) if "ess_bulk" in keys else None
         if entry(y.ctypes.data, k, chains, draws, table.ctypes.data,
-                 sum(_WANT[key] for key in ranked), values["ess_bulk"].ctypes.data,
-                 values["ess_tail"].ctypes.data, values["r_hat"].ctypes.data,
-                 done.ctypes.data, None if z is None else z.ctypes.data):
+                 sum(_WANT[key] for key in keys),
+                 *[values[key].ctypes.data for key in _WANT], done.ctypes.data,
+                 None if z is None else z.ctypes.data):
             done[:] = 0
         scored = (done & _SCORED) != 0  # the bulk ESS left to the FFT, from the scores
         if scored.any():
             values["ess_bulk"][scored] = _ess(z[scored].reshape(-1, 2 * chains, draws // 2))
             done[scored] |= _WANT["ess_bulk"]
-    computed = {key: (done & _WANT[key]) != 0 for key in ranked}
+    computed = {key: (done & _WANT[key]) != 0 for key in keys}
     columns = np.flatnonzero(where)
     for key, yes in computed.items():
         out[key][columns[yes]] = values[key][yes]
@@ -450,7 +454,8 @@ def row_quantiles(rows: np.ndarray, probs) -> np.ndarray:
     from a sort of each row's copy: numpy's vectorised sort is faster than the partition
     about several indices that ``np.quantile`` makes (``benchmarks/ab_calls.py``
     measures whole calls).  A row holding NaN is left to ``np.quantile`` (nan)."""
-    ordered = np.sort(rows, axis=1)  # a copy in C order, each row contiguous
+    ordered = np.array(rows, dtype=float, order="C")  # a copy with each row contiguous
+    ordered.sort(axis=1)  # (np.sort keeps a transposed view's layout: strided, slower)
     if ordered.size == 0 or np.isnan(ordered[:, -1]).any():  # NaN sorts last
         return np.quantile(rows, probs, axis=1)
     n = ordered.shape[1]

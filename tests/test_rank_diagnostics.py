@@ -125,7 +125,8 @@ def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
     statistics to rounding, on columns of every kind (random walks: autocorrelations
     past the library's lags); with an even number of draws the library computes every
     finite column's statistics (a random walk's bulk ESS from its scores by the FFT), but
-    the tail ESS of long binary chains (more pairs to count than the FFT's work)."""
+    the tail ESS of long binary chains (more pairs to count than the FFT's work); the
+    MCSEs of iid draws too."""
     from ahmc_stan.native import rank_diagnostics_entry
 
     assert rank_diagnostics_entry() is not None  # a C++ compiler is at hand here
@@ -143,8 +144,9 @@ def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
     numpy_ess = rd._ess
     y = rd._by_column(x)
     ok = rd._valid(y, 1) & np.isfinite(y).all(axis=(1, 2))
-    out = {key: np.full(y.shape[0], np.nan) for key in ("ess_bulk", "ess_tail", "r_hat")}
-    ranked = ["ess_bulk", "ess_tail"] + (["r_hat"] if chains >= 2 else [])
+    out = {key: np.full(y.shape[0], np.nan) for key in rd.KEYS}
+    ranked = ["ess_bulk", "ess_tail", "mcse_mean", "mcse_sd"] + (["r_hat"] if chains >= 2
+                                                                  else [])
     by_fft = []
 
     def spy(z):
@@ -163,6 +165,8 @@ def test_native_statistics_equal_numpys(monkeypatch, chains, draws):
         assert computed["ess_tail"][binary].all() == (draws < 1000)  # pairs past the FFT's
         assert chains < 2 or computed["r_hat"].all()
         assert computed["ess_bulk"].all()
+        iid = np.flatnonzero(ok) >= x.shape[2] - 5  # the rounded normal draws
+        assert computed["mcse_mean"][iid].all() and computed["mcse_sd"][iid].all()
 
 
 def test_without_a_compiler_numpy_computes_alone(monkeypatch, tmp_path):
@@ -197,3 +201,23 @@ def test_row_quantiles_equal_numpys_bit_for_bit(chains, draws, probs, with_nan):
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[:, 3]).all() == with_nan  # column 3 held the nan
+
+
+def test_native_sort_of_smooth_columns_with_ties_and_signed_zeros(monkeypatch):
+    """The library sorts a column whose values spread smoothly by buckets between its
+    extremes (``value_order``) and a crowded one by radix: smooth columns with a tie of
+    forty zeros of both signs, repeated draws and a skewed spread give numpy's (and
+    ArviZ's) statistics to rounding."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 1000, 3))
+    zeros = rng.choice(4000, 40, replace=False)
+    x.reshape(-1, 3)[zeros, 0] = np.where(np.arange(40) % 2, 0.0, -0.0)
+    x.reshape(-1, 3)[rng.choice(4000, 300), 1] = x.reshape(-1, 3)[rng.choice(4000, 300), 1]
+    x[..., 2] = np.exp(x[..., 2])
+    native = rd.diagnostics(x)
+    ref = rd.arviz_diagnostics(x)
+    monkeypatch.setattr(rd, "NATIVE", False)
+    numpy = rd.diagnostics(x)
+    for key in rd.KEYS:
+        np.testing.assert_allclose(native[key], numpy[key], rtol=1e-12, atol=0, err_msg=key)
+        np.testing.assert_allclose(native[key], ref[key], rtol=1e-10, atol=0, err_msg=key)

@@ -1,12 +1,13 @@
-// Rank-normalised split R-hat and bulk and tail ESS of many columns (Vehtari, Gelman,
-// Simpson, Carpenter & Buerkner 2021, Bayesian Analysis 16:667, sections 3-4), as
-// ahmc_stan/rank_diagnostics.py computes them with numpy, fused per column: one radix
-// sort of the split draws gives the normal scores, the tail quantiles and, merging its
-// two halves about the median, the folded draws' order; the autocovariances are summed
-// lag by lag up to Geyer's truncation.  Plain C++17, no Stan: built on its own by
-// ahmc_stan.compiler.diagnostics_library().  A column this does not finish (a value
-// that is not finite, or autocorrelations that reach past MAX_LAGS) is flagged for the
-// numpy path.
+// Rank-normalised split R-hat, bulk and tail ESS and the MCSEs of the mean and sd of
+// many columns (Vehtari, Gelman, Simpson, Carpenter & Buerkner 2021, Bayesian Analysis
+// 16:667, sections 3-4), as ahmc_stan/rank_diagnostics.py computes them with numpy,
+// fused per column: one sort of the split draws (by buckets between the extremes, or
+// radix where the draws crowd) gives the normal scores, the tail quantiles and the tail
+// indicators' rarer positions and, merging its two halves about the median, the folded
+// draws' order; the autocovariances are summed lag by lag up to Geyer's truncation.
+// Plain C++17, no Stan: built on its own by ahmc_stan.compiler.diagnostics_library().  A
+// column this does not finish (a value that is not finite, or autocorrelations that
+// reach past MAX_LAGS) is flagged for the numpy path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@ namespace {
 
 constexpr int MAX_LAGS = 96;  // summed lags per series, beyond them the FFT path serves
 constexpr double RESOLUTION = 1e-15;  // np.finfo(float).resolution
+constexpr double CANCELLATION = 0.05;  // mcse_sd: left to numpy below it (see mcse)
 
 inline uint64_t sort_key(double v) {
   v += 0.0;  // -0.0 sorts with +0.0, as numpy's sort treats them equal
@@ -35,14 +37,20 @@ struct Series {
 struct Scratch {
   std::vector<uint64_t> key, key2;
   std::vector<uint32_t> order, order2, merged;
-  std::vector<double> sorted, z, folded, indicator, dev, acov, pairs, below;
-  std::vector<uint32_t> count;
+  std::vector<double> sorted, z, folded, indicator, dev, pairs, below, squares;
+  std::vector<uint32_t> count, bucket_start, first, next;
+  std::vector<double> series_mean;
   Series series, folded_series;  // of the normal scores z and of the folded draws' scores
-  void size(int n) {
+  Series raw;  // of the draws themselves or of their squared deviations (the MCSEs)
+  void size(int n, int m) {
     key.resize(n); key2.resize(n); order.resize(n); order2.resize(n); merged.resize(n);
     sorted.resize(n); z.resize(n); folded.resize(n); indicator.resize(n); dev.resize(n);
-    below.resize(n + 1);
+    pairs.resize(n); below.resize(n + 1); squares.resize(n);
     count.assign(1 << 11, 0);
+    bucket_start.resize(n + 1);
+    first.resize(m + 1);
+    next.resize(m);
+    series_mean.resize(m);
   }
 };
 
@@ -79,6 +87,57 @@ void radix_order(const double* v, int n, Scratch& s) {
   }
   if (oa != s.order.data()) std::memcpy(s.order.data(), oa, n * sizeof(uint32_t));
   for (int i = 0; i < n; ++i) s.sorted[i] = v[s.order[i]];
+}
+
+// Ascending order of v[0..n) as radix_order gives it (ties in any order): the values in
+// n buckets by linear interpolation between the least and the greatest (a bucket is
+// monotone in the value), then one insertion sort over all of them, which moves a value
+// only within its bucket.  For draws of any smooth density the buckets hold a few values
+// each; where they crowd (heavy tails: the insertion sort's work, the sum of the
+// buckets' squared sizes, above 8 n) radix_order sorts instead.
+void value_order(const double* v, int n, Scratch& s) {
+  double lo = v[0], hi = v[0];
+  for (int i = 1; i < n; ++i) {
+    lo = v[i] < lo ? v[i] : lo;
+    hi = v[i] > hi ? v[i] : hi;
+  }
+  const double scale = n / (hi - lo);
+  if (!(hi > lo) || !std::isfinite(hi - lo) || !std::isfinite(scale))
+    return radix_order(v, n, s);
+  uint32_t* bucket = s.order2.data();
+  uint32_t* start = s.bucket_start.data();
+  std::memset(start, 0, (n + 1) * sizeof(uint32_t));
+  for (int i = 0; i < n; ++i) {
+    const double at = (v[i] - lo) * scale;
+    const uint32_t b = at < n - 1 ? static_cast<uint32_t>(at) : static_cast<uint32_t>(n - 1);
+    bucket[i] = b;
+    ++start[b + 1];
+  }
+  double work = 0.0;
+  for (int b = 1; b <= n; ++b) work += static_cast<double>(start[b]) * start[b];
+  if (work > 8.0 * n) return radix_order(v, n, s);
+  for (int b = 1; b <= n; ++b) start[b] += start[b - 1];
+  uint64_t* key = s.key.data();
+  uint32_t* order = s.order.data();
+  for (int i = 0; i < n; ++i) {
+    const uint32_t p = start[bucket[i]]++;
+    key[p] = sort_key(v[i]);
+    order[p] = static_cast<uint32_t>(i);
+  }
+  for (int i = 1; i < n; ++i) {
+    const uint64_t k = key[i];
+    if (key[i - 1] <= k) continue;
+    const uint32_t o = order[i];
+    int j = i;
+    do {
+      key[j] = key[j - 1];
+      order[j] = order[j - 1];
+      --j;
+    } while (j > 0 && key[j - 1] > k);
+    key[j] = k;
+    order[j] = o;
+  }
+  for (int i = 0; i < n; ++i) s.sorted[i] = v[order[i]];
 }
 
 // Normal scores of the ranks of the values ``sorted`` (ascending) at positions ``order``:
@@ -198,44 +257,65 @@ double ess(const double* x, int m, int h, const Series& series, std::vector<doub
   return geyer(m, h, mean_acov(0), m > 1 ? variance(means) : 0.0, MAX_LAGS, mean_acov);
 }
 
-// ESS of the indicator x <= q of m series of h values, every lag's autocovariance from
-// the positions of the rarer value (ones or zeros: the complement's autocovariances are
-// the same) counted exactly: with J that indicator, c its ones and mu = c / h, the sum
-// over i < h - t of (J_i - mu)(J_i+t - mu) is pairs_t - mu (ones below h - t + ones from
-// t) + (h - t) mu^2.  NaN (left to the FFT) where the pairs would outnumber its work:
-// many ties at a quantile in long chains.
-double indicator_ess(const double* x, double q, int m, int h, Scratch& s) {
+// ESS of the indicator x <= q of the m series of h values that s.sorted and s.order hold
+// sorted (value_order), every lag's autocovariance from the positions of the rarer value
+// (ones or zeros: the complement's autocovariances are the same) counted exactly: with J
+// that indicator, c its ones and mu = c / h, the sum over i < h - t of
+// (J_i - mu)(J_i+t - mu) is pairs_t - mu (ones below h - t + ones from t) + (h - t) mu^2.
+// The ones are the sorted draws up to q, the rarer value's positions those of the sorted
+// draws on its side; a lag's autocovariance is summed when Geyer's truncation asks for it.
+// NaN (left to the FFT) where the pairs would outnumber its work: many ties at a
+// quantile in long chains.
+double indicator_ess(double q, int m, int h, Scratch& s) {
   const int size = m * h;
-  int ones = 0;
-  for (int i = 0; i < size; ++i) ones += x[i] <= q;
+  const double* o = s.sorted.data();
+  const int ones = static_cast<int>(std::upper_bound(o, o + size, q) - o);
   if (ones == 0 || ones == size) return size;
   const bool rare_one = 2 * ones <= size;
-  const double rare = rare_one ? ones : size - ones;  // pairs to count: about rare^2 / 2m
-  if (rare * rare > 64.0 * m * size) return std::nan("");  // more than the FFT costs
-  std::vector<double> means(m);
-  s.acov.assign(h, 0.0);
-  for (int k = 0; k < m; ++k) {
-    const double* xs = x + static_cast<size_t>(k) * h;
-    uint32_t* at = s.merged.data();
-    int c = 0;
-    for (int i = 0; i < h; ++i)
-      if ((xs[i] <= q) == rare_one) at[c++] = static_cast<uint32_t>(i);
-    const double mu = static_cast<double>(c) / h;
-    means[k] = rare_one ? mu : 1.0 - mu;
-    s.pairs.assign(h, 0.0);
-    for (int a = 0; a < c; ++a)
-      for (int b = a; b < c; ++b) s.pairs[at[b] - at[a]] += 1.0;
-    for (int i = 0, p = 0; i <= h; ++i) {  // below[i]: ones at positions before i
-      while (p < c && static_cast<int>(at[p]) < i) ++p;
-      s.below[i] = p;
-    }
-    for (int t = 0; t < h; ++t)
-      s.acov[t] += (s.pairs[t] - mu * (s.below[h - t] + (c - s.below[t])) +
-                    (h - t) * mu * mu) / h;
+  const int rare = rare_one ? ones : size - ones;  // pairs to count: about rare^2 / 2m
+  if (static_cast<double>(rare) * rare > 64.0 * m * size) return std::nan("");
+  // the rarer value's positions by series (a counting sort: series k's are
+  // at[first[k] .. first[k + 1])), ascending within each
+  const uint32_t* index = s.order.data() + (rare_one ? 0 : ones);
+  uint32_t* at = s.merged.data();
+  uint32_t* first = s.first.data();
+  uint32_t* next = s.next.data();
+  std::fill(first, first + m + 1, 0u);
+  for (int p = 0; p < rare; ++p) ++first[index[p] / h + 1];
+  for (int k = 0; k < m; ++k) first[k + 1] += first[k];
+  for (int k = 0; k < m; ++k) next[k] = first[k];
+  for (int p = 0; p < rare; ++p) {
+    const uint32_t k = index[p] / h;
+    at[next[k]++] = index[p] - k * h;
   }
-  for (double& a : s.acov) a /= m;
-  return geyer(m, h, s.acov[0], m > 1 ? variance(means) : 0.0, h,
-               [&](int lag) { return s.acov[lag]; });
+  for (int k = 0; k < m; ++k) std::sort(at + first[k], at + first[k + 1]);
+  double* pairs = s.pairs.data();  // series k's pairs at each distance: pairs[k h + t]
+  std::fill(pairs, pairs + size, 0.0);
+  for (int k = 0; k < m; ++k) {
+    const uint32_t* pos = at + first[k];
+    const int c = first[k + 1] - first[k];
+    double* pk = pairs + static_cast<size_t>(k) * h;
+    for (int a = 0; a < c; ++a)
+      for (int b = a; b < c; ++b) pk[pos[b] - pos[a]] += 1.0;
+    const double mu = static_cast<double>(c) / h;
+    s.series_mean[k] = rare_one ? mu : 1.0 - mu;
+  }
+  auto below = [&](int k, int i) {  // series k's rarer value at positions before i
+    const uint32_t* pos = at + first[k];
+    const uint32_t* end = at + first[k + 1];
+    return static_cast<double>(std::lower_bound(pos, end, static_cast<uint32_t>(i)) - pos);
+  };
+  auto acov = [&](int t) {
+    double total = 0.0;
+    for (int k = 0; k < m; ++k) {
+      const int c = first[k + 1] - first[k];
+      const double mu = static_cast<double>(c) / h;
+      total += (pairs[static_cast<size_t>(k) * h + t] -
+                mu * (below(k, h - t) + (c - below(k, t))) + (h - t) * mu * mu) / h;
+    }
+    return total / m;
+  };
+  return geyer(m, h, acov(0), m > 1 ? variance(s.series_mean) : 0.0, h, acov);
 }
 
 // Type-7 quantile of sorted values (rank_diagnostics._quantile_ess).
@@ -246,32 +326,81 @@ double quantile(const double* sorted, int n, double prob) {
   return (1.0 - gamma) * sorted[k - 1] + gamma * sorted[k];
 }
 
+// The MCSEs of the mean and of the sd of the n = m h draws (rank_diagnostics._mcse_mean,
+// _mcse_sd, as arviz.mcse computes them): the sd over the ESS of the split draws, and
+// from the ESS of the split squared deviations from the mean and their variance, the
+// mean fourth power less the squared variance; each written, and its bit (16, 32) set in
+// done, unless its ESS reaches past MAX_LAGS (then the FFT's) or, for the sd's, that
+// variance is below CANCELLATION of the mean fourth power: squared deviations nearly
+// constant, as for draws of 0 and 1 near half and half, whose variance and ESS are
+// differences of nearly equal sums, their last digits set by the order of summation;
+// numpy's sums, which ArviZ shares, compute those.
+void mcse(const double* x, int m, int h, int want, Scratch& s, double& out_mean,
+          double& out_sd, int& done) {
+  const int n = m * h;
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / n;
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+  if (want & 16) {
+    series_moments(x, m, h, s.raw);
+    const double e = ess(x, m, h, s.raw, s.dev);
+    if (!std::isnan(e)) {
+      out_mean = std::sqrt(ss / (n - 1)) / std::sqrt(e);
+      done |= 16;
+    }
+  }
+  if (want & 32) {
+    double* sq = s.squares.data();
+    double fourth = 0.0;
+    for (int i = 0; i < n; ++i) {
+      sq[i] = (x[i] - mean) * (x[i] - mean);
+      fourth += sq[i] * sq[i];
+    }
+    const double evar = ss / n, spread = fourth / n - evar * evar;
+    if (spread > CANCELLATION * fourth / n) {
+      series_moments(sq, m, h, s.raw);
+      const double e = ess(sq, m, h, s.raw, s.dev);
+      if (!std::isnan(e)) {
+        out_sd = std::sqrt(spread / e / evar / 4);
+        done |= 32;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
 
 // For each of k columns of x (k, chains, draws; C order; draws even), with m = 2 chains
 // series of h = draws / 2 (the split) and table the 2 m h - 1 normal scores: out_bulk,
-// out_tail, out_rhat (want: bit 1 bulk, 2 tail, 4 R-hat) and in done[c] the bits of those
-// computed; the numpy path computes the rest (a column with a value that is not finite;
+// out_tail, out_rhat, out_mcse_mean, out_mcse_sd (want: bit 1 bulk, 2 tail, 4 R-hat, 16
+// MCSE of the mean, 32 of the sd) and in done[c] the bits of those computed; the numpy path computes the rest (a column with a value that is not finite;
 // a tail ESS with more pairs to count than the FFT's work; R-hat of one chain is nan).  A finite column's bulk ESS whose truncation lies past
 // MAX_LAGS is left too, its normal scores (2 chains series of h, each chain's halves
 // in turn) written to z_out (k rows of 2 m h) unless it is null, and bit 8 set.
 int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const double* table,
                           int want, double* out_bulk, double* out_tail, double* out_rhat,
-                          int* done, double* z_out) {
+                          double* out_mcse_mean, double* out_mcse_sd, int* done,
+                          double* z_out) {
   if (draws % 2 != 0 || draws < 4 || chains < 1) return 1;
   const int h = draws / 2, m = 2 * chains, n = m * h;
   Scratch s;
-  s.size(n);
+  s.size(n, m);
   for (int c = 0; c < k; ++c) {
     const double* col = x + static_cast<size_t>(c) * n;
     done[c] = 0;
     out_bulk[c] = out_tail[c] = out_rhat[c] = std::nan("");
+    if (want & 16) out_mcse_mean[c] = std::nan("");
+    if (want & 32) out_mcse_sd[c] = std::nan("");
     bool finite = true;
     for (int i = 0; i < n && finite; ++i) finite = std::isfinite(col[i]);
     if (!finite) continue;
-    radix_order(col, n, s);  // each chain's halves in turn: the split draws
+    if (want & (16 | 32)) mcse(col, m, h, want, s, out_mcse_mean[c], out_mcse_sd[c], done[c]);
+    if (!(want & 7)) continue;
+    value_order(col, n, s);  // each chain's halves in turn: the split draws
     scores(s.sorted.data(), s.order.data(), n, table, s.z.data());
     const bool rhat = (want & 4) && chains >= 2;
     if ((want & 1) || rhat) series_moments(s.z.data(), m, h, s.series);
@@ -285,8 +414,8 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
       }
     }
     if (want & 2) {
-      double low = indicator_ess(col, quantile(s.sorted.data(), n, 0.05), m, h, s);
-      double high = indicator_ess(col, quantile(s.sorted.data(), n, 0.95), m, h, s);
+      double low = indicator_ess(quantile(s.sorted.data(), n, 0.05), m, h, s);
+      double high = indicator_ess(quantile(s.sorted.data(), n, 0.95), m, h, s);
       if (!std::isnan(low) && !std::isnan(high)) {
         out_tail[c] = high < low ? high : low;
         done[c] |= 2;
