@@ -37,7 +37,7 @@ struct Series {
 struct Scratch {
   std::vector<uint64_t> key, key2;
   std::vector<uint32_t> order, order2, merged;
-  std::vector<double> sorted, z, folded, indicator, dev, pairs, below, squares;
+  std::vector<double> sorted, z, folded, indicator, dev, pairs, squares;
   std::vector<uint32_t> count, bucket_start, first, next;
   std::vector<double> series_mean;
   Series series, folded_series;  // of the normal scores z and of the folded draws' scores
@@ -45,7 +45,7 @@ struct Scratch {
   void size(int n, int m) {
     key.resize(n); key2.resize(n); order.resize(n); order2.resize(n); merged.resize(n);
     sorted.resize(n); z.resize(n); folded.resize(n); indicator.resize(n); dev.resize(n);
-    pairs.resize(n); below.resize(n + 1); squares.resize(n);
+    pairs.resize(n); squares.resize(n);
     count.assign(1 << 11, 0);
     bucket_start.resize(n + 1);
     first.resize(m + 1);
@@ -377,10 +377,13 @@ extern "C" {
 // For each of k columns of x (k, chains, draws; C order; draws even), with m = 2 chains
 // series of h = draws / 2 (the split) and table the 2 m h - 1 normal scores: out_bulk,
 // out_tail, out_rhat, out_mcse_mean, out_mcse_sd (want: bit 1 bulk, 2 tail, 4 R-hat, 16
-// MCSE of the mean, 32 of the sd) and in done[c] the bits of those computed; the numpy path computes the rest (a column with a value that is not finite;
-// a tail ESS with more pairs to count than the FFT's work; R-hat of one chain is nan).  A finite column's bulk ESS whose truncation lies past
-// MAX_LAGS is left too, its normal scores (2 chains series of h, each chain's halves
-// in turn) written to z_out (k rows of 2 m h) unless it is null, and bit 8 set.
+// MCSE of the mean, 32 of the sd) and in done[c] the bits of those computed; the numpy
+// path computes the rest (a column with a value that is not finite; a tail ESS with more
+// pairs to count than the FFT's work; an MCSE whose ESS reaches past MAX_LAGS, or of the
+// sd where its variance cancels, see mcse; R-hat of one chain is nan).  A finite column's
+// bulk ESS whose truncation lies past MAX_LAGS is left too, its normal scores (2 chains
+// series of h, each chain's halves in turn) written to z_out (k rows of 2 m h) unless it
+// is null, and bit 8 set.
 int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const double* table,
                           int want, double* out_bulk, double* out_tail, double* out_rhat,
                           double* out_mcse_mean, double* out_mcse_sd, int* done,
