@@ -30,7 +30,8 @@ own time, chain-seconds; ``report`` says what each leaves out), their ratio to t
 the three NUTS, and the worst R-hat;
 also min tail and folded ESS per gradient, the spread's counterparts, and for our
 samplers a bootstrap interval of the ratios per gradient and per call second
-(:func:`interval`: how far the seeds alone move them).
+(:func:`interval`: how far the seeds alone move them); the min bulk ESS per draw kept
+and the call's wall time, the two factors of the ratio per call second.
 Writes ``comparisons/results/nuts_peers.md`` and ``.json``.
 """
 
@@ -137,6 +138,8 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "min_ess_tail": e["min_ess_tail"],
             "per_grad_tail": e["min_ess_tail"] / grads if grads else math.nan,
             "min_ess_folded": folded,
+            # kept draws, all chains (an extended AHMC fit keeps twice the draws)
+            "per_draw": e["min_ess_bulk"] / (fit.params.shape[0] * fit.params.shape[1]),
             "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
             "extended": float(fit.metadata.get("extension", {}).get("extended", False)),
@@ -361,6 +364,13 @@ def report(rows: dict) -> str:
     if any("min_ess_folded" in r for row in rows.values() for r in row["median"].values()):
         section("Min folded ESS (median over seeds; the R-hat follows it)",
                 per_sampler("min_ess_folded"), ".0f")
+    if any("per_draw" in r for row in rows.values() for r in row["median"].values()):
+        section("Min bulk ESS per draw kept (median over seeds; all chains' draws: an "
+                "extended AHMC fit keeps twice those asked for)", per_sampler("per_draw"),
+                ".2f")
+        section("The call's wall time (ms, median over seeds)", lambda name, row: {
+            s: 1e3 * row["median"].get(s, {}).get("call_seconds", float("nan"))
+            for s in samplers}, ".0f")
     section("Share of gradients spent in warmup", per_sampler("warmup_share"), ".2f")
     section("Settings", lambda name, row: {
         "dims": row["dims"], **row.get("settings", {}),
