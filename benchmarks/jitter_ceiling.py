@@ -57,7 +57,8 @@ def run(eps: float, length: int, lowest, draws: int, seed: int = 0) -> dict:
     data = az.convert_to_dataset(out)
     least = lambda ds, **kw: float(az.ess(ds, **kw).to_array().values.min())  # noqa: E731
     return {"eps": eps, "L": length, "reward": jump / (draws * CHAINS) / np.sqrt(length),
-            "bulk": least(data) / grads, "draw": least(data) / (draws * CHAINS), "tail": least(data, method="tail") / grads,
+            "bulk": least(data) / grads, "draw": least(data) / (draws * CHAINS),
+            "tail": least(data, method="tail") / grads,
             "square": least(az.convert_to_dataset(out ** 2)) / grads}
 
 

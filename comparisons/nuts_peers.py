@@ -138,9 +138,9 @@ def run_one(model, sampler: str, run: dict) -> dict:
             "min_ess_tail": e["min_ess_tail"],
             "per_grad_tail": e["min_ess_tail"] / grads if grads else math.nan,
             "min_ess_folded": folded,
+            "per_grad_folded": folded / grads if grads else math.nan,
             # kept draws, all chains (an extended AHMC fit keeps twice the draws)
             "per_draw": e["min_ess_bulk"] / (fit.params.shape[0] * fit.params.shape[1]),
-            "per_grad_folded": folded / grads if grads else math.nan,
             "warmup_share": e["n_grad_equiv_warmup"] / grads if grads else math.nan,
             "extended": float(fit.metadata.get("extension", {}).get("extended", False)),
             # AHMC's metric rerun (a discarded run, charged to warmup) and its chains'
