@@ -56,8 +56,9 @@ def run(eps: float, length: int, lowest, draws: int, seed: int = 0) -> dict:
         grads += steps * CHAINS
     data = az.convert_to_dataset(out)
     least = lambda ds, **kw: float(az.ess(ds, **kw).to_array().values.min())  # noqa: E731
+    bulk = least(data)
     return {"eps": eps, "L": length, "reward": jump / (draws * CHAINS) / np.sqrt(length),
-            "bulk": least(data) / grads, "draw": least(data) / (draws * CHAINS),
+            "bulk": bulk / grads, "draw": bulk / (draws * CHAINS),
             "tail": least(data, method="tail") / grads,
             "square": least(az.convert_to_dataset(out ** 2)) / grads}
 

@@ -333,8 +333,8 @@ def report(rows: dict) -> str:
                 df[listed] = df[listed].astype(str)
         lines.extend([f"\n## {title}\n", to_markdown(df, floatfmt=floatfmt)])
 
-    def per_sampler(field: str):
-        return lambda name, row: {s: row["median"].get(s, {}).get(field, float("nan"))
+    def per_sampler(field: str, scale: float = 1.0):
+        return lambda name, row: {s: scale * row["median"].get(s, {}).get(field, float("nan"))
                                   for s in samplers}
 
     for title, key in (("Min ESS per gradient (warmup included)", "per_grad"),
@@ -368,9 +368,8 @@ def report(rows: dict) -> str:
         section("Min bulk ESS per draw kept (median over seeds; all chains' draws: an "
                 "extended AHMC fit keeps twice those asked for)", per_sampler("per_draw"),
                 ".2f")
-        section("The call's wall time (ms, median over seeds)", lambda name, row: {
-            s: 1e3 * row["median"].get(s, {}).get("call_seconds", float("nan"))
-            for s in samplers}, ".0f")
+        section("The call's wall time (ms, median over seeds)",
+                per_sampler("call_seconds", 1e3), ".0f")
     section("Share of gradients spent in warmup", per_sampler("warmup_share"), ".2f")
     section("Settings", lambda name, row: {
         "dims": row["dims"], **row.get("settings", {}),
