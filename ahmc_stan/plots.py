@@ -10,12 +10,17 @@ from .tuning import Box, Dimension, GaussianProcess
 __all__ = ["plot_tuning", "tuning_surface", "plot_trace"]
 
 
-def _tuning_record(fit, chain: int) -> dict:
+def _tuning_history(fit, chain: int) -> tuple[dict, dict[str, list]]:
+    """The chain's tuning record and its history by column (a fit saved before stop 77
+    keeps one dict per reward)."""
     chains = fit.metadata.get("chains") or []
-    if chain >= len(chains) or not chains[chain].get("tuning_history"):
+    history = chains[chain].get("tuning_history") if chain < len(chains) else None
+    if isinstance(history, list):
+        history = {key: [row[key] for row in history] for key in (history or [{}])[0]}
+    if not history or not history.get("reward"):
         raise ValueError(f"the fit has no tuning history for chain {chain} "
                          f"(sampler {fit.sampler!r} is not tuned by Bayesian optimisation)")
-    return chains[chain]
+    return chains[chain], history
 
 
 def tuning_surface(fit, chain: int = 0, resolution: int = 60):
@@ -24,12 +29,11 @@ def tuning_surface(fit, chain: int = 0, resolution: int = 60):
     Returns (box, axis values per dimension, mean on the grid (first axis × second),
     tried points (n, 2), rewards, moved flags).
     """
-    record = _tuning_record(fit, chain)
+    record, history = _tuning_history(fit, chain)
     box = Box([Dimension(name, low, high, integer=bool(integer))
                for name, low, high, integer in record["box"]])
-    history = record["tuning_history"]
-    tried = np.array([[h[f"gamma_{d.name}"] for d in box.dims] for h in history], float)
-    rewards = np.array([h["reward"] for h in history], float)
+    tried = np.array([history[f"gamma_{d.name}"] for d in box.dims], float).T
+    rewards = np.array(history["reward"], float)
     gp_settings = record.get("gp", {})
     gp = GaussianProcess(np.full(box.ndim, gp_settings.get("kappa", 0.2)),
                          noise_var=gp_settings.get("noise_var", 0.1))
@@ -38,7 +42,7 @@ def tuning_surface(fit, chain: int = 0, resolution: int = 60):
     axes = [np.linspace(d.low, d.high, resolution) for d in box.dims]
     mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, box.ndim)
     mean = gp.predict(np.array([box.to_unit(p) for p in mesh]), return_var=False)
-    moved = np.array([h["moved"] for h in history], bool)
+    moved = np.array(history["moved"], bool)
     return box, axes, mean.reshape(resolution, resolution), tried, rewards, moved
 
 

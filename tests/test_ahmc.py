@@ -263,8 +263,40 @@ def test_ahmc_leaves_a_single_leapfrog_step_out_of_its_box(mvn_model):
                               progress=False, diagnose=False, **option)
         chain = fit.metadata["chains"][0]
         assert chain["box"][1][1] == low
-        steps = [row["gamma_num_steps"] for row in chain["tuning_history"]]
+        steps = chain["tuning_history"]["gamma_num_steps"]
         assert min(steps) >= low
+
+
+def test_tuning_history_is_kept_by_column_and_refits_the_surface(mvn_model, tmp_path):
+    """A chain's tuning history is a table by column, one entry per reward, that survives
+    ``save``/``load_fit``; the figure's surface takes its tried γ from it, and also
+    reads the one-dict-per-reward history of fits saved before."""
+    import copy
+
+    from ahmc_stan.fit import load_fit
+    from ahmc_stan.plots import tuning_surface
+
+    fit = tune_and_sample(mvn_model, chains=1, warmup=300, draws=100, seed=3,
+                          progress=False, diagnose=False)
+    history = fit.metadata["chains"][0]["tuning_history"]
+    n = len(history["reward"])
+    assert n > 0 and all(len(column) == n for column in history.values())
+    assert set(history) == {"i", "gamma_step_size", "gamma_num_steps", "reward", "p",
+                            "moved", "s"}
+    assert all(isinstance(v, int) for v in history["gamma_num_steps"])
+    fit.save(tmp_path / "fit.npz")
+    assert load_fit(tmp_path / "fit.npz").metadata["chains"][0]["tuning_history"] == history
+    _, _, mean, tried, rewards, moved = tuning_surface(fit, resolution=8)
+    np.testing.assert_array_equal(tried, np.column_stack(
+        [history["gamma_step_size"], history["gamma_num_steps"]]))
+    np.testing.assert_array_equal(rewards, history["reward"])
+    old = copy.deepcopy(fit)
+    old.metadata["chains"][0]["tuning_history"] = [dict(zip(history, row))
+                                                   for row in zip(*history.values())]
+    np.testing.assert_array_equal(tuning_surface(old, resolution=8)[2], mean)
+    old.metadata["chains"][0]["tuning_history"] = []
+    with pytest.raises(ValueError, match="no tuning history"):
+        tuning_surface(old)
 
 
 def test_max_step_ratio_is_the_top_of_the_box(mvn_model):

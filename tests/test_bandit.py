@@ -279,8 +279,8 @@ def test_tune_and_sample_bandit_cv_is_reproducible(robot):
                             fit.sampler_stats["num_steps"][0]])
     assert starts[0] == 30 and len(starts) >= 2
     assert all(steps[a:b].sum() == 150 for a, b in zip(starts[:-1], starts[1:]))
-    assert len(chain["cv_errors"]) == len(chain["tuning_history"]) == len(starts)
-    assert chain["tuning_history"][0]["reward"] == 0.0  # the first error is the reference
+    assert len(chain["cv_errors"]) == len(chain["tuning_history"]["reward"]) == len(starts)
+    assert chain["tuning_history"]["reward"][0] == 0.0  # the first error is the reference
     assert all(np.isfinite(chain["cv_errors"]))
 
 

@@ -306,7 +306,7 @@ def test_python_tuner_option_gives_the_same_posterior(gauss2d):
     fit = tune_and_sample(gauss2d, chains=2, warmup=1000, draws=2000, seed=3,
                           progress=False, native=False)
     assert_moments(fit.params, np.zeros(2), np.ones(2))
-    assert len(fit.metadata["chains"][0]["tuning_history"]) == 100 + 2000 // 5
+    assert len(fit.metadata["chains"][0]["tuning_history"]["reward"]) == 100 + 2000 // 5
 
 
 @pytest.mark.parametrize("case", ["ohmc", "svhmc"])

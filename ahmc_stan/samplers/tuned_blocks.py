@@ -180,12 +180,13 @@ def next_phase(tuner: BayesOptTuner, rec: ChainRecorder, warmup: int,
 
 
 def tuning_extras(tuner: BayesOptTuner | None) -> dict:
-    """The tuner's box and history (γ_i, r_i, p_i, moved) for the Fit's metadata,
+    """The tuner's box and history (γ_i, r_i, p_i, moved; by column:
+    :meth:`~ahmc_stan.tuning.BayesOptTuner.history_table`) for the Fit's metadata,
     ``gamma_moves_sampling``: how often γ moved during sampling (None if sampling did not
     start), and the seconds the tuner took (``tuner_seconds``; in sampling,
     ``tuner_seconds_sampling``)."""
     if tuner is None:
-        return {"box": None, "tuning_history": [], "gamma_moves_sampling": None}
+        return {"box": None, "tuning_history": {}, "gamma_moves_sampling": None}
     return {"box": [(d.name, d.low, d.high, d.integer) for d in tuner.box.dims],
             "gamma_moves_sampling": tuner.moves_since("sampling"),
             "gp": {"kappa": tuner.kappa, "noise_var": tuner.noise_var},

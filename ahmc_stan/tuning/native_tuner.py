@@ -116,16 +116,14 @@ class NativeBayesOptTuner(BayesOptTuner):
                 next_gamma={n: kind(v) for (n, kind), v in zip(kinds, row[6 + d:6 + 2 * d])}))
         return self._history
 
-    def history_table(self) -> list[dict]:
+    def history_table(self) -> dict[str, list]:
         rows, d = self.history_array(), self.box.ndim
-        gammas = [rows[:, 1 + j].astype(int if integer else float).tolist()
-                  for j, integer in enumerate(self.box.is_integer)]
-        columns = [rows[:, 0].astype(int).tolist(), *gammas, rows[:, 1 + d].tolist(),
-                   rows[:, 2 + d].tolist(), rows[:, 3 + d].astype(bool).tolist(),
-                   rows[:, 4 + d].tolist()]
-        keys = ["i", *(f"gamma_{name}" for name in self.box.names), "reward", "p", "moved",
-                "s"]
-        return [dict(zip(keys, values)) for values in zip(*columns)]
+        table = {"i": rows[:, 0].astype(int).tolist()}
+        for j, (name, integer) in enumerate(zip(self.box.names, self.box.is_integer)):
+            table[f"gamma_{name}"] = rows[:, 1 + j].astype(int if integer else float).tolist()
+        table.update(reward=rows[:, 1 + d].tolist(), p=rows[:, 2 + d].tolist(),
+                     moved=rows[:, 3 + d].astype(bool).tolist(), s=rows[:, 4 + d].tolist())
+        return table
 
     def moves_since(self, name: str) -> int | None:
         if name not in self.marks:
