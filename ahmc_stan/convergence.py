@@ -86,6 +86,7 @@ from typing import Any
 
 import numpy as np
 
+from . import blas
 from .tuning.tail_rejection import (TAIL_FRACTION, TAIL_REJECTION_MIN, TAIL_REJECTION_RATIO,
                                     tail_rejections)
 from .tuning.windows import NONGAUSSIAN_MISFIT
@@ -243,9 +244,10 @@ def diagnose(fit, checks=None) -> Diagnosis:
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; choose from {list(CHECKS)}")
     problems: list[Problem] = []
-    for name, check in CHECKS.items():
-        if checks is None or name in checks:
-            problems.extend(check(fit))
+    with blas.one_thread():  # the fit's small products: no BLAS pool rebuilt
+        for name, check in CHECKS.items():
+            if checks is None or name in checks:
+                problems.extend(check(fit))
     return Diagnosis(tuple(problems))
 
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import blas
 from .chain_rerun import continue_slow_chains, last_state, rerun_stray_chains
 from .convergence import seed_slow_chains, slow_chains
 from .fit import Deferred, Fit
@@ -289,7 +290,7 @@ def _blas_without_threads() -> None:
     35).  Setting the pool's size (``blas_num_threads``) and the threads to use
     (``blas_cpu_number``) to 1 before any BLAS call leaves the pool empty; where a BLAS
     lacks these symbols, threadpoolctl's limit for the worker's life."""
-    pools = _threadpools()
+    pools = blas.threadpools()
     for lib in pools.info():
         if lib.get("internal_api") != "openblas":
             continue
@@ -420,59 +421,16 @@ class ChainProgress:
             self.bar.close()
 
 
-@contextlib.contextmanager
-def _blas_in_this_process():
-    """OpenBLAS on one thread in this process for the duration, by its thread count
-    (``blas_cpu_number``) set directly: threadpoolctl's ``limit`` goes through
-    ``openblas_set_num_threads``, which rebuilds the pool a fork shut down, with threads
-    that spin, at entry and again at exit (on the next call's chains).
-    Set directly, the pool stays down and OpenBLAS rebuilds it at the next call that
-    asks for threads, as after any fork.  Another BLAS, or an OpenBLAS without the
-    symbol: threadpoolctl's ``limit``."""
-    saved = []
-    for lib in _threadpools().info():
-        if lib.get("user_api") != "blas":
-            continue
-        if lib.get("internal_api") != "openblas":  # MKL, BLIS: threadpoolctl's way
-            saved = None
-            break
-        try:
-            count = ctypes.c_int.in_dll(ctypes.CDLL(lib["filepath"]), "blas_cpu_number")
-        except (OSError, ValueError):
-            saved = None
-            break
-        saved.append((count, count.value))
-    if saved is None:
-        with _threadpools().limit(limits=1, user_api="blas"):
-            yield
-        return
-    for count, _ in saved:
-        count.value = 1
-    try:
-        yield
-    finally:
-        for count, value in saved:
-            count.value = value
-
-
 def _one_blas_thread():
     """BLAS limited to one thread for a chain, unless it is already (as in
     :func:`tune_and_sample`, and in a worker): telling OpenBLAS its number of threads
     rebuilds the pool that a fork shut down, with threads that spin, slowing the chains
     of this process and its workers (README, "AHMC against the best NUTS", stop 65)."""
-    pools = _threadpools()
+    pools = blas.threadpools()
     if all(lib.get("num_threads") == 1 for lib in pools.info()
            if lib.get("user_api") == "blas"):
         return contextlib.nullcontext()
     return pools.limit(limits=1, user_api="blas")
-
-
-@functools.lru_cache(maxsize=None)
-def _threadpools():
-    """This process's thread pools (BLAS's), found once: the scan takes milliseconds."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
 
 
 def _run_chain(model, sampler, chain, seed, init, warmup, draws, progress, options, radius,
@@ -711,7 +669,7 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
         seed = int(np.random.SeedSequence().entropy % 2**32)
     # this process's own work (its chains, the decisions between runs and the diagnosis)
     # on arrays of one fit: BLAS threads only contend with the workers and wake slowly
-    with _blas_in_this_process():
+    with blas.one_thread():
         fit = _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius,
                                progress, parallel, deadline, max_seconds, thin, chain_rerun,
                                fast, metric_rerun, extend, output_dir, options)
@@ -1349,7 +1307,7 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
         with cf.ProcessPoolExecutor(workers, initializer=_init_worker,
                                     mp_context=multiprocessing.get_context("spawn")) as pool:
             return _collect(pool, jobs, results)
-    _threadpools()  # scanned once here and inherited, not again in each worker
+    blas.threadpools()  # scanned once here and inherited, not again in each worker
     import tqdm.auto  # noqa: F401  (the progress bars': imported once, not in each worker)
 
     # The objects a forked worker inherits stay out of its garbage collections, which

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nuts_peers import load  # noqa: E402
 from seed_bias import seeds_of  # noqa: E402
 
-from ahmc_stan.sampling import _threadpools  # noqa: E402
+from ahmc_stan.blas import threadpools  # noqa: E402
 from ahmc_stan.samplers.ahmc import run_chain  # noqa: E402
 from ahmc_stan.tuning import fast_warmup as fw  # noqa: E402
 
@@ -50,7 +50,7 @@ def decisions(model, seed: int, chains: int) -> tuple[bool | None, list[float | 
         x0 = model.initial_point(rng, None, radius=2.0)
         member = _StopAtDecision(shared, c)
         try:  # single-threaded BLAS, as in tune_and_sample's chains (its rounding)
-            with warnings.catch_warnings(), _threadpools().limit(limits=1, user_api="blas"):
+            with warnings.catch_warnings(), threadpools().limit(limits=1, user_api="blas"):
                 warnings.simplefilter("ignore")
                 run_chain(model, rng, x0, 1000, 1000, lambda n: None, fast_warmup=member)
         except _Decided:
