@@ -667,16 +667,17 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
     deadline = _start_clock(max_seconds)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**32)
-    # this process's own work (its chains, the decisions between runs and the diagnosis)
-    # on arrays of one fit: BLAS threads only contend with the workers and wake slowly
+    # this process's own work (its chains, and the decisions between runs) on arrays of
+    # one fit: BLAS threads only contend with the workers and wake slowly (the diagnosis
+    # holds them to one thread itself)
     with blas.one_thread():
         fit = _tune_and_sample(model, sampler, chains, warmup, draws, seed, inits, radius,
                                progress, parallel, deadline, max_seconds, thin, chain_rerun,
                                fast, metric_rerun, extend, output_dir, options)
-        if diagnose:
-            from .convergence import warn_if_problems
+    if diagnose:
+        from .convergence import warn_if_problems
 
-            warn_if_problems(fit)
+        warn_if_problems(fit)
     return fit
 
 

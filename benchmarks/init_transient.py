@@ -24,7 +24,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "comparisons")]
 
 import ahmc_stan  # noqa: E402
 import nuts_peers  # noqa: E402
-from ahmc_stan.rank_diagnostics import diagnostics  # noqa: E402
 
 
 def main() -> None:
@@ -42,10 +41,10 @@ def main() -> None:
         for seed in range(low, high + 1):
             fit = ahmc_stan.tune_and_sample(model, seed=seed, progress=False,
                                             diagnose=False, **start)
-            grads = fit.n_grad_warmup + fit.n_grad_sampling
-            ess = np.nanmin(diagnostics(fit.params, ("ess_bulk",))["ess_bulk"])
-            shares.append(fit.n_grad_warmup / grads)
-            per_grad.append(ess / grads)
+            e = fit.efficiency()  # as comparisons/nuts_peers.py reports them
+            shares.append(e["n_grad_equiv_warmup"]
+                          / (e["n_grad_equiv_warmup"] + e["n_grad_equiv_sampling"]))
+            per_grad.append(e["min_ess_per_grad_total"])
         print(f"{args.model}, from {label}: warmup share {np.median(shares):.2f}, min bulk "
               f"ESS per gradient {np.median(per_grad):.4f} (medians of seeds {args.seeds})",
               flush=True)
