@@ -584,7 +584,10 @@ def tune_and_sample(model: StanModel, sampler: str = "ahmc", chains: int = 4,
 
     ``parallel``: number of chains run at once (``True``/``None``: as many as cores,
     capped at ``chains``; ``False`` or 1: one after another in this process); this
-    process runs chains too, beside ``parallel - 1`` forked workers.
+    process runs chains too, beside ``parallel - 1`` forked workers.  With
+    ``True``/``None`` on two or more cores, chains still waiting for a core
+    :data:`~ahmc_stan.workers.LATE_SECONDS` after the start start then, sharing the
+    cores, so that a core does not idle while the last chain runs.
     ``options`` go to the sampler (for AHMC: ``metric``, ``box``, ``k``,
     ``adapt_during_sampling``, ... — see :mod:`ahmc_stan.samplers.ahmc`).
     ``diagnose``: run :func:`ahmc_stan.convergence.diagnose` on the fit and emit a
@@ -1106,7 +1109,7 @@ def _continue_chains(model: StanModel, sampler: str, starts: list[tuple[int, Cha
     (:data:`CONTINUATIONS`), chain ``c`` from ``seeds[c]``: :func:`_execute`'s results."""
     return _execute([(model, sampler, c, seeds[c], None, 0, draws, progress, dict(options),
                       2.0, deadline, None, start) for c, start in starts],
-                    _workers(parallel, len(starts)))
+                    _workers(parallel, len(starts)), late=_all_cores(parallel))
 
 
 def _max_rhat(fit: Fit) -> float:
@@ -1173,7 +1176,8 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                 radius, deadline, stream)
 
     results, interrupted = _execute([job(c, seeds[c], streams[c], first)
-                                     for c in range(chains)], workers, in_parent)
+                                     for c in range(chains)], workers, in_parent,
+                                    late=_all_cores(parallel))
     if fast and fast.decision:
         warmup = FAST_WARMUP
     rerun_record = slow_record = None
@@ -1186,7 +1190,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
                 **alone, "fast_warmup": FastWarmup(forced=bool(fast.decision),
                                                    shared=slot())}
             return _execute([job(c, fresh[c], None, opts) for c in chain_ids],
-                            _workers(parallel, chains))
+                            _workers(parallel, chains), late=_all_cores(parallel))
 
         results, rerun_record = rerun_stray_chains(results, warmup, rerun, progress,
                                                    label=sampler)
@@ -1279,12 +1283,15 @@ def _workers(parallel, chains: int) -> int:
     return max(1, min(workers, chains))
 
 
-def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
+def _execute(jobs: list[tuple], workers: int, in_parent: bool = True, late: bool = False
              ) -> tuple[list[ChainResult | None], bool]:
     """Run :func:`_run_one` on each job, ``workers`` at a time: the results in job order
     (``None`` for a chain that did not run) and whether Ctrl-C stopped them.  With
     ``in_parent`` this process is one of the ``workers`` (:func:`_share`); otherwise all
-    run in worker processes (the window pool's chains, each in a process of its own)."""
+    run in worker processes (the window pool's chains, each in a process of its own).
+    ``late`` (``parallel`` asked for all cores): the jobs still waiting for one of the
+    ``workers`` :data:`~ahmc_stan.workers.LATE_SECONDS` after the start start then, in
+    kept workers of their own (:func:`~ahmc_stan.workers.share`)."""
     global _STOPPED
     _STOPPED = False  # this process's chains (_sigint_as_in_a_worker): no Ctrl-C yet
     results: list[ChainResult | None] = [None] * len(jobs)
@@ -1317,7 +1324,8 @@ def _execute(jobs: list[tuple], workers: int, in_parent: bool = True
     gc.freeze()
     try:
         return share(jobs, workers - in_parent, in_parent, results, _run_one, _stopped,
-                     _begin, _init_worker, keep=all(map(_built_in, jobs)))
+                     _begin, _init_worker, keep=all(map(_built_in, jobs)),
+                     late=len(jobs) - workers if late and in_parent else 0)
     finally:
         gc.unfreeze()
 

@@ -12,6 +12,14 @@ only when nothing a chain can see has changed since (:class:`Snapshot`) and its 
 pickle without naming anything that could have (:class:`_JobPickler`); otherwise it
 forks afresh, exactly as without kept workers.  Set :data:`KEEP` to False to fork for
 every call; :func:`shutdown` ends the kept workers.
+
+With kept workers a call may also start chains *late*: where more chains than workers
+were asked for, the chains still waiting :data:`LATE_SECONDS` after the call began start
+at once in more kept workers, sharing the cores with those running, instead of each
+waiting for a chain to end.  A call's chains seldom take equal times (their tuners
+choose different paths), and on two cores the last chain would otherwise run alone while
+the other core idles; calls whose chains all start within :data:`LATE_SECONDS` run as
+before.
 """
 
 from __future__ import annotations
@@ -33,13 +41,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["KEEP", "IDLE_SECONDS", "share", "shutdown", "Snapshot", "Slot", "slot"]
+__all__ = ["KEEP", "IDLE_SECONDS", "LATE_SECONDS", "share", "shutdown", "Snapshot", "Slot",
+           "slot"]
 
 #: Keep chain workers from one call to the next (False: a fork for every call).
 KEEP = True
 #: A kept worker ends after this many seconds without a call (it holds this process's
 #: memory of the moment it was forked, which this process may since have freed).
 IDLE_SECONDS = 300.0
+#: Seconds after which a call's chains still waiting for a worker start at once, beside
+#: the running ones, in kept workers of their own (a call's ``late`` chains, :func:`share`).
+LATE_SECONDS = 0.1
 
 #: The top-level packages whose functions and classes a job sent to a kept worker may
 #: name (pickled by reference, and so run as the worker has them): ahmc-stan's own
@@ -58,17 +70,20 @@ _CTX = multiprocessing.get_context("fork") if os.name == "posix" else None
 
 def share(jobs: list[tuple], n_workers: int, in_parent: bool, results: list,
           run_one: Callable, stopped: Callable[[], bool], begin: Callable[[], None],
-          init: Callable[[], None], keep: bool = True) -> tuple[list, bool]:
+          init: Callable[[], None], keep: bool = True, late: int = 0
+          ) -> tuple[list, bool]:
     """``run_one(*job)`` for each of ``jobs`` on ``n_workers`` forked workers, with this
     process one more worker if ``in_parent`` (it takes the first job, so that a fast
     warmup's deciding chain starts first): the results in ``results`` (job order), and
     whether Ctrl-C stopped them.  A worker calls ``init()`` once, ``begin()`` before each
     call's jobs, and takes no job once ``stopped()``.  Kept workers where they may serve
     (:func:`_kept_share`) unless ``keep`` is False (the caller knows the jobs run code
-    that :class:`Snapshot` does not watch), else workers forked for this call.  Ctrl-C:
-    the chains running stop and keep their draws, none starts after it."""
+    that :class:`Snapshot` does not watch), else workers forked for this call.  With kept
+    workers, up to ``late`` more workers take the jobs still waiting
+    :data:`LATE_SECONDS` after the start.  Ctrl-C: the chains running stop and keep their
+    draws, none starts after it."""
     if KEEP and keep and in_parent and n_workers > 0:
-        done = _kept_share(jobs, n_workers, results, run_one, stopped, begin, init)
+        done = _kept_share(jobs, n_workers, results, run_one, stopped, begin, init, late)
         if done is not None:
             return done
     return _forked_share(jobs, n_workers, in_parent, results, run_one, stopped, init)
@@ -606,11 +621,13 @@ def _serve(init, commands, pipe, counter, models) -> None:
     pipe.close()
 
 
-def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init):
+def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init, late=0):
     """:func:`share` on kept workers, or None where they may not serve this call: another
     thread's call is using them, this process is a fork of their owner, or a job does
     not pickle for them (:class:`_JobPickler`).  They are forked again when
-    :meth:`_Kept.serves` says no (something changed, or a worker is gone)."""
+    :meth:`_Kept.serves` says no (something changed, or a worker is gone), ``n_workers +
+    late`` of them; the ``late`` ones get the jobs only if some are still waiting
+    :data:`LATE_SECONDS` after the start (:class:`_Later`)."""
     global _KEPT
     from .model import StanModel
 
@@ -623,41 +640,85 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init):
             pickler.dump((run_one, stopped, begin, jobs))
         except Exception:  # noqa: BLE001  (_Cold, or a job that does not pickle)
             return None
-        if _KEPT is None or not _KEPT.serves(n_workers, pickler.models):
+        if _KEPT is None or not _KEPT.serves(n_workers + late, pickler.models):
             if _KEPT is not None:
                 _KEPT.end()
             _KEPT = None
-            _KEPT = _Kept(n_workers, pickler.models, init)
+            _KEPT = _Kept(n_workers + late, pickler.models, init)
         kept = _KEPT
         with kept.counter.get_lock():
             kept.counter.value = 0
         take, stop = _counter(kept.counter, len(jobs))
         first = take()
         folder = _results_folder()
+        message = (buffer.getvalue(), len(jobs), folder)
+        pipes = {}  # the workers that got the jobs
+        gone = []  # those that had ended (idle)
+        workers = list(zip(kept.commands, kept.pipes))
+
+        def send(chosen) -> None:
+            for command, pipe in chosen:
+                try:
+                    command.send(message)
+                except OSError:  # it ended meanwhile (idle): the others take its share
+                    gone.append(pipe)
+                    continue
+                pipes[pipe] = kept.pipes[pipe]
+
         try:
-            pipes = {}  # the workers that got the jobs
+            later = None
             try:
-                for command, pipe in zip(kept.commands, list(kept.pipes)[:n_workers]):
-                    try:
-                        command.send((buffer.getvalue(), len(jobs), folder))
-                    except OSError:  # it ended meanwhile (idle): the others take its share
-                        continue
-                    pipes[pipe] = kept.pipes[pipe]
+                send(workers[:n_workers])
+                if late > 0:
+                    later = _Later(lambda: send(workers[n_workers:n_workers + late]),
+                                   kept.counter, len(jobs))
                 interrupted = _own_chains(jobs, first, take, results, run_one, stopped)
             except BaseException:  # the call fails: its jobs' messages must not remain
                 stop()
+                if later is not None:
+                    later.cancel()
                 _drop()
                 raise
+            if later is not None:
+                later.cancel()  # (after it, ``pipes`` holds every worker that got jobs)
             if interrupted:
                 stop()
             interrupted = _gather(pipes, folder, results, stop, interrupted, kept=True)
-            if len(pipes) < n_workers:
+            if gone:
                 _drop()
             return results, interrupted
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         _LOCK.release()
+
+
+class _Later:
+    """``start()`` in a thread of its own :data:`LATE_SECONDS` from now, if jobs are still
+    waiting then (the shared ``counter`` below ``n``), unless :meth:`cancel` came first;
+    after :meth:`cancel` returns, ``start`` neither runs nor is running."""
+
+    def __init__(self, start: Callable[[], None], counter, n: int):
+        self._lock, self._over = threading.Lock(), False
+
+        def fire() -> None:
+            with self._lock:
+                if self._over:
+                    return
+                self._over = True
+                with counter.get_lock():
+                    waiting = counter.value < n
+                if waiting:
+                    start()
+
+        self._timer = threading.Timer(LATE_SECONDS, fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._over = True
 
 
 def _drop() -> None:

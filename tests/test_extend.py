@@ -116,7 +116,7 @@ def test_a_fit_flagged_while_its_chains_mix_is_extended_only_by_samplers_that_co
                                       1000, 0.0, 0.0) for c in range(fit.chains)]
     handed = []
 
-    def stopped(jobs, workers):
+    def stopped(jobs, workers, late=False):
         handed.extend(jobs)
         return [None] * len(jobs), True
 

@@ -290,3 +290,49 @@ def test_a_kept_worker_that_dies_during_a_call_names_its_chain():
     assert proc.returncode == 0, out
     assert "ERROR the worker process running chain 2 died (exit code -9)" in out, out
     assert "NEW True" in out and "SAME True" in out, out
+
+
+def _workers_given_jobs(monkeypatch) -> list[int]:
+    """How many kept workers got each call's jobs (recorded as the call gathers)."""
+    counts: list[int] = []
+    gather = workers._gather
+
+    def counted(pipes, *args, **kw):
+        if kw.get("kept"):
+            counts.append(len(pipes))
+        return gather(pipes, *args, **kw)
+
+    monkeypatch.setattr(workers, "_gather", counted)
+    return counts
+
+
+def test_chains_still_waiting_start_late_beside_the_running_ones(gauss2d, monkeypatch):
+    """``parallel=None`` on two cores, four chains: one kept worker besides this process
+    gets the jobs at once, and the chains still waiting ``LATE_SECONDS`` later start in
+    two more, sharing the cores; the draws are those of the chains run one after
+    another."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(workers, "LATE_SECONDS", 0.0)  # while the first chains run
+    kw = dict(chains=4, draws=200, progress=False, diagnose=False)
+    given = _workers_given_jobs(monkeypatch)
+    late = {s: tune_and_sample(gauss2d, seed=s, **kw) for s in (1, 2)}
+    # each call's four chains went to three workers (a call's extension of fewer chains,
+    # if any, to fewer)
+    assert len(_kept_pids()) == 3 and given.count(3) >= 2
+    for s, fit in late.items():
+        alone = tune_and_sample(gauss2d, seed=s, parallel=False, **kw)
+        np.testing.assert_array_equal(fit.draws, alone.draws)
+        np.testing.assert_array_equal(fit.warmup_draws, alone.warmup_draws)
+
+
+def test_chains_that_all_start_in_time_use_the_cores_workers_only(gauss2d, monkeypatch):
+    """Where every chain has started before ``LATE_SECONDS``, the late workers get no
+    jobs; with ``parallel`` a number, none is late."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(workers, "LATE_SECONDS", 600.0)
+    kw = dict(chains=4, draws=200, progress=False, diagnose=False)
+    given = _workers_given_jobs(monkeypatch)
+    tune_and_sample(gauss2d, seed=1, **kw)
+    monkeypatch.setattr(workers, "LATE_SECONDS", 0.0)
+    tune_and_sample(gauss2d, seed=1, parallel=2, **kw)
+    assert len(given) >= 2 and set(given) == {1}
