@@ -336,3 +336,40 @@ def test_chains_that_all_start_in_time_use_the_cores_workers_only(gauss2d, monke
     monkeypatch.setattr(workers, "LATE_SECONDS", 0.0)
     tune_and_sample(gauss2d, seed=1, parallel=2, **kw)
     assert len(given) >= 2 and set(given) == {1}
+
+
+def test_ctrl_c_while_late_chains_run_keeps_every_chains_draws():
+    """Ctrl-C on a call whose waiting chains started late (two cores, four chains, all of
+    them running by then): every chain's draws are returned, the kept workers stay, and
+    the next call gives the draws of the chains run one after another."""
+    script = textwrap.dedent(f"""
+        import os, signal, ahmc_stan
+        from ahmc_stan import workers
+        os.cpu_count = lambda: 2
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        model = ahmc_stan.StanModel({str(stan_model_path("std_normal"))!r}, {{"D": 10}})
+        short = dict(chains=4, warmup=200, draws=200, progress=False, diagnose=False)
+        ahmc_stan.tune_and_sample(model, seed=1, **short)
+        pid = [w.pid for w in workers._KEPT.pipes.values()]
+        print("READY", flush=True)
+        fit = ahmc_stan.tune_and_sample(model, chains=4, warmup=300, draws=10**7, seed=1,
+                                        progress=False, block_size=5, metric="identity",
+                                        box=((0.01, 0.02), (50, 100)), diagnose=False)
+        print("INCOMPLETE", fit.incomplete, fit.chains, min(len(fit.chain_draws(c))
+                                                            for c in range(4)) > 0, flush=True)
+        print("KEPT", len(pid) == 3 and [w.pid for w in workers._KEPT.pipes.values()] == pid,
+              flush=True)
+        after = ahmc_stan.tune_and_sample(model, seed=3, **short)
+        alone = ahmc_stan.tune_and_sample(model, seed=3, parallel=False, **short)
+        print("SAME", (after.draws == alone.draws).all(), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout.readline().startswith("READY")
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert "INCOMPLETE True 4 True" in out and "KEPT True" in out, out
+    assert "SAME True" in out, out
