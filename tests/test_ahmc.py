@@ -391,14 +391,20 @@ def test_ctrl_c_keeps_every_chains_draws_when_a_worker_is_idle(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "READY"
-    last, sent, out = {}, False, []  # (pid, recorder) -> iterations done, in start order
+    last, sent, out = {}, False, []  # (pid, recorder, generation) -> iterations done
+    generation = {}  # (pid, recorder) -> its latest generation
     for line in proc.stdout:
         out.append(line)
         if line.startswith("RESULT") or sent:
             continue
         parts = line.split()
         if len(parts) == 4 and parts[0] == "BLOCK":
-            last[(parts[1], parts[2])] = int(parts[3])
+            # a chain's recorder is (pid, id, generation): a process's next chain may get
+            # a recorder at the address its last one had; its count starts again
+            key = (parts[1], parts[2])
+            generation[key] = generation.get(key, 0) + (
+                int(parts[3]) < last.get((*key, generation.get(key, 0)), 0))
+            last[(*key, generation[key])] = int(parts[3])
             n = list(last.values())
             # two chains done, the third sampling alone: the other worker is idle (chain 3
             # after chain 1 on one worker; under load chain 2 can be the one left)
