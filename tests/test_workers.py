@@ -235,6 +235,20 @@ def _script(body: str) -> str:
     """) + textwrap.dedent(body)
 
 
+def _interrupted(script: str, after: float) -> str:
+    """The output of ``script`` run in a session of its own and sent SIGINT (what Ctrl-C
+    in a terminal does) ``after`` seconds past its "READY" line; it must end cleanly."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout.readline().startswith("READY")
+    time.sleep(after)
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    return out
+
+
 def test_ctrl_c_on_a_call_of_kept_workers_keeps_the_draws_and_the_next_call_is_right():
     """Ctrl-C during a call on a kept worker: the call returns its draws, the worker is
     still kept, and the next call gives the draws of a worker forked for it."""
@@ -250,14 +264,7 @@ def test_ctrl_c_on_a_call_of_kept_workers_keeps_the_draws_and_the_next_call_is_r
         fresh = ahmc_stan.tune_and_sample(model, seed=3, **short)
         print("SAME", (after.draws == fresh.draws).all(), flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert proc.stdout.readline().startswith("READY")
-    time.sleep(6)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out, out
+    out = _interrupted(script, after=6)
     assert "INCOMPLETE True 2" in out and "KEPT True" in out, out
     assert "REUSED True" in out and "SAME True" in out, out
 
@@ -363,13 +370,6 @@ def test_ctrl_c_while_late_chains_run_keeps_every_chains_draws():
         alone = ahmc_stan.tune_and_sample(model, seed=3, parallel=False, **short)
         print("SAME", (after.draws == alone.draws).all(), flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert proc.stdout.readline().startswith("READY")
-    time.sleep(4)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    out = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out, out
+    out = _interrupted(script, after=4)
     assert "INCOMPLETE True 4 True" in out and "KEPT True" in out, out
     assert "SAME True" in out, out
