@@ -340,15 +340,36 @@ def run_stanc(stan_file: Path, out_cpp: Path, include_paths: list[Path],
 
 def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
     """stanc's ``--info``: the program's variables by block with their types
-    (``{"generated quantities": {"y_rep": {"type": "int", "dimensions": 1}}, ...}``)."""
-    import json
-
-    cmd = [str(toolchain().stanc), "--info",
-           *(f"--include-paths={p}" for p in include_paths), str(stan_file)]
+    (``{"generated quantities": {"y_rep": {"type": "int", "dimensions": 1}}, ...}``),
+    kept in the cache (``info/``) under the digest of stanc's version and the program's
+    sources, so that stanc runs once per program, not once per process."""
+    stan_file = Path(stan_file).resolve()
+    tc = toolchain()
+    includes = [Path(p).resolve() for p in include_paths]
+    key = _sha256(tc.stanc_version, *(p for p in map(str, includes)),
+                  *(c for _, c in sorted(_stan_sources(stan_file, includes))))[:16]
+    kept = cache_dir() / "info" / f"{stan_file.stem}-{key}.json"
+    try:
+        return json.loads(kept.read_text())
+    except (OSError, ValueError):  # not kept yet (or unreadable): stanc tells
+        pass
+    cmd = [str(tc.stanc), "--info", *(f"--include-paths={p}" for p in include_paths),
+           str(stan_file)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise StanCompileError(Path(stan_file), (proc.stderr + proc.stdout).strip())
-    return json.loads(proc.stdout)
+        raise StanCompileError(stan_file, (proc.stderr + proc.stdout).strip())
+    info = json.loads(proc.stdout)
+    tmp = None
+    try:  # whole or not at all: another process reads either the file or nothing
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=kept.name + ".", dir=kept.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(proc.stdout)
+        os.replace(tmp, kept)
+    except OSError:  # a read-only cache: stanc again next time
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return info
 
 
 #: stanc's optimisation level for a model whose ``stanc_args`` name none: ``--O1``, stanc's

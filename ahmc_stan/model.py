@@ -104,6 +104,13 @@ class StanModel:
         self.dims = self.bridge.param_unc_num()
         self.density = NativeDensity(self)
 
+    def settle(self) -> None:
+        """Fill now what a run fills on first use: :meth:`int_variables` and
+        :attr:`constrains_to_itself` (cached once known), so that processes forked now
+        (:mod:`ahmc_stan.workers`' kept workers) hold this model as the run leaves it."""
+        self.int_variables()
+        self.constrains_to_itself  # noqa: B018  (a cached property: computed once)
+
     @property
     def build_log(self) -> Path:
         """The compile log of this model's cache entry (stanc warnings, and why a

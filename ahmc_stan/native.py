@@ -127,6 +127,9 @@ class NativeDensity:
         self._lp_ptr = ctypes.addressof(self._lp)
         if not self.native:  # built by bridgestan.compile_model: no ahmc entry points
             return
+        for name in SIGNATURES:  # bound now, not on first use: a kept worker forked
+            if name.startswith("ahmc_") and hasattr(self._lib, name):  # now has them all
+                self.entry(name)
         self._grad = self.entry("ahmc_log_density_gradient")
         self._leapfrog = self.entry("ahmc_leapfrog")
         self._hmc_block = self.entry("ahmc_hmc_block")

@@ -373,7 +373,7 @@ class Snapshot:
         """Whether everything snapshotted is as it was."""
         try:
             return (self._modules == self._our_modules()
-                    and all(vars(obj) == attrs for obj, attrs in self._attrs)  # no copy
+                    and all(_same_vars(vars(obj), attrs) for obj, attrs in self._attrs)
                     and all(_equal(obj, kept) for obj, kept in self._contents)
                     and self._code == self._function_state()
                     and _same_environment(self._environment, self._environment_state()))
@@ -386,7 +386,8 @@ class Snapshot:
         if self._modules != self._our_modules():
             out.append("ahmc_stan modules imported")
         for obj, attrs in self._attrs:
-            now = dict(vars(obj))
+            now = {k: v for k, v in vars(obj).items() if k not in _CACHES}
+            attrs = {k: v for k, v in attrs.items() if k not in _CACHES}
             for key in sorted(set(attrs) | set(now)):
                 try:
                     same = key in attrs and key in now and bool(attrs[key] == now[key]) \
@@ -403,6 +404,20 @@ class Snapshot:
         if not _same_environment(self._environment, self._environment_state()):
             out.append("environment")
         return out
+
+
+#: Attributes that the standard library sets on a class as a cache the first time its
+#: instances are pickled or copied (``copyreg``'s slot names): no change a chain can see.
+_CACHES = frozenset({"__slotnames__"})
+
+
+def _same_vars(now, then: dict) -> bool:
+    """Whether an object's attributes ``now`` are those recorded ``then``, up to
+    :data:`_CACHES` (compared without a copy unless they differ)."""
+    if now == then:
+        return True
+    return ({k: v for k, v in now.items() if k not in _CACHES}
+            == {k: v for k, v in then.items() if k not in _CACHES})
 
 
 def _equal(obj, kept) -> bool:
@@ -558,6 +573,7 @@ class _Kept:
     def __init__(self, n: int, models: list, init: Callable[[], None]):
         _make_slots()
         self.models = list(models)
+        _settle()
         self.snapshot = Snapshot(self.models)
         self.counter = _CTX.Value("i", 0)
         self.pipes: dict[Any, Any] = {}  # results end → process
@@ -591,6 +607,18 @@ class _Kept:
             worker.join()
             pipe.close()
         self.pipes.clear()
+
+
+def _settle() -> None:
+    """Set what this module's first call sets as a side effect, before a
+    :class:`Snapshot` records it: the temporary directory's name (``tempfile.tempdir``,
+    set by the first :func:`_results_folder`) and the ``multiprocessing`` modules that
+    forking a worker and its pipes imports.  Left to the first call, they change the
+    snapshot of that call's own workers, and the next call forks them again."""
+    import multiprocessing.connection  # noqa: F401
+    import multiprocessing.popen_fork  # noqa: F401
+
+    tempfile.gettempdir()
 
 
 _KEPT: _Kept | None = None
@@ -644,6 +672,8 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init, late=0)
             if _KEPT is not None:
                 _KEPT.end()
             _KEPT = None
+            for model in pickler.models:  # what the call would fill in later: filled now
+                model.settle()
             _KEPT = _Kept(n_workers + late, pickler.models, init)
         kept = _KEPT
         with kept.counter.get_lock():

@@ -90,6 +90,37 @@ def test_cache_key_covers_code_and_includes(tmp_path):
     assert StanModel(stan).log_density([2.0]) == pytest.approx(-8.0)
 
 
+def test_stanc_info_is_kept_in_the_cache_by_the_programs_sources(tmp_path, monkeypatch):
+    """stanc's ``--info`` runs once per program: a second process reads it from the
+    cache; an included file changed is another program; an unreadable entry is asked
+    again."""
+    from ahmc_stan import compiler
+
+    (tmp_path / "gq.stanfunctions").write_text("int twice(int k) { return 2 * k; }\n")
+    stan = tmp_path / f"info_{uuid.uuid4().hex[:12]}.stan"  # no entry from other runs
+    stan.write_text("functions {\n#include gq.stanfunctions\n}\n"
+                    "parameters { real y; } model { y ~ normal(0, 1); }\n"
+                    "generated quantities { int k = twice(1); real z = y; }\n")
+    first = compiler.stanc_info(stan, [tmp_path])
+    assert first["generated quantities"]["k"]["type"] == "int"
+    (kept,) = (compiler.cache_dir() / "info").glob(f"{stan.stem}-*.json")
+    runs = []
+    real_run = subprocess.run
+    monkeypatch.setattr(compiler.subprocess, "run",
+                        lambda *a, **k: runs.append(a) or real_run(*a, **k))
+    assert compiler.stanc_info(stan, [tmp_path]) == first and runs == []
+    (tmp_path / "gq.stanfunctions").write_text("real twice(int k) { return 2.0 * k; }\n")
+    stan.write_text(stan.read_text().replace("int k", "real k"))
+    second = compiler.stanc_info(stan, [tmp_path])
+    assert second["generated quantities"]["k"]["type"] == "real" and len(runs) == 1
+    assert len(list((compiler.cache_dir() / "info").glob(f"{stan.stem}-*.json"))) == 2
+    kept.write_text("{not json")
+    stan.write_text(stan.read_text().replace("real k", "int k"))
+    (tmp_path / "gq.stanfunctions").write_text("int twice(int k) { return 2 * k; }\n")
+    assert compiler.stanc_info(stan, [tmp_path]) == first and len(runs) == 2
+    assert json.loads(kept.read_text()) == first
+
+
 def test_corrupt_entry_is_rebuilt(tmp_path):
     stan = _fresh_model(tmp_path)
     lib = compile_model(stan)

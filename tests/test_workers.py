@@ -157,6 +157,50 @@ def test_the_snapshot_sees_each_change_a_chain_could_see(change, gauss2d, monkey
     assert snapshot.unchanged(), snapshot.changes()
 
 
+def test_the_snapshot_ignores_the_slot_names_that_pickling_caches():
+    """Pickling an instance of a class (a chain's
+    :class:`~ahmc_stan.sampling.ChainResult`, sent to a worker to continue it) sets the
+    class's ``__slotnames__``, copyreg's cache of its slot names, the first time: no
+    change a chain can see, so no fork in the middle of a call."""
+    cls = sampling.ChainResult
+    saved = cls.__dict__.get("__slotnames__")
+    if saved is not None:
+        del cls.__slotnames__
+    try:
+        snapshot = workers.Snapshot()
+        pickle.dumps(cls(np.zeros((2, 1)), {}, 1, 1, 0.0, 0.0))
+        assert "__slotnames__" in cls.__dict__
+        assert snapshot.unchanged(), snapshot.changes()
+    finally:
+        if saved is not None:
+            cls.__slotnames__ = saved
+
+
+def test_a_second_call_in_a_fresh_process_keeps_the_first_calls_workers(tmp_path):
+    """A process's first call fills what its later calls read (the model's integer
+    variables and whether it constrains to itself, its native entry points, the
+    temporary directory's name, the modules that forking imports) before it forks its
+    kept workers: the second call runs on them, not on workers forked again."""
+    script = tmp_path / "calls.py"
+    script.write_text(textwrap.dedent(f"""
+        import warnings
+        warnings.simplefilter("ignore")
+        from ahmc_stan import StanModel, tune_and_sample, workers
+        model = StanModel({str(stan_model_path("mvn"))!r},
+                          {{"D": 2, "mu": [0.0, 0.0], "Sigma": [[1.0, 0.5], [0.5, 1.0]]}})
+        pids = []
+        for seed in (1, 2, 3):
+            tune_and_sample(model, seed=seed, chains=4, draws=200, progress=False,
+                            diagnose=False, parallel=2)
+            pids.append(sorted(w.pid for w in workers._KEPT.pipes.values()))
+            print(seed, pids[-1], workers._KEPT.snapshot.changes(), flush=True)
+        assert pids[0] == pids[1] == pids[2], pids
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def _elsewhere():
     """A function of this test module's: a job naming it does not go to a kept worker."""
 
