@@ -346,7 +346,7 @@ def stanc_info(stan_file: str | os.PathLike, include_paths=()) -> dict:
     stan_file = Path(stan_file).resolve()
     tc = toolchain()
     includes = [Path(p).resolve() for p in include_paths]
-    key = _sha256(tc.stanc_version, *(p for p in map(str, includes)),
+    key = _sha256(tc.stanc_version, *map(str, includes),
                   *(c for _, c in sorted(_stan_sources(stan_file, includes))))[:16]
     kept = cache_dir() / "info" / f"{stan_file.stem}-{key}.json"
     try:

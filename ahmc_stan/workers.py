@@ -386,8 +386,7 @@ class Snapshot:
         if self._modules != self._our_modules():
             out.append("ahmc_stan modules imported")
         for obj, attrs in self._attrs:
-            now = {k: v for k, v in vars(obj).items() if k not in _CACHES}
-            attrs = {k: v for k, v in attrs.items() if k not in _CACHES}
+            now, attrs = _without_caches(vars(obj)), _without_caches(attrs)
             for key in sorted(set(attrs) | set(now)):
                 try:
                     same = key in attrs and key in now and bool(attrs[key] == now[key]) \
@@ -411,13 +410,14 @@ class Snapshot:
 _CACHES = frozenset({"__slotnames__"})
 
 
+def _without_caches(attrs) -> dict:
+    return {k: v for k, v in attrs.items() if k not in _CACHES}
+
+
 def _same_vars(now, then: dict) -> bool:
     """Whether an object's attributes ``now`` are those recorded ``then``, up to
     :data:`_CACHES` (compared without a copy unless they differ)."""
-    if now == then:
-        return True
-    return ({k: v for k, v in now.items() if k not in _CACHES}
-            == {k: v for k, v in then.items() if k not in _CACHES})
+    return now == then or _without_caches(now) == _without_caches(then)
 
 
 def _equal(obj, kept) -> bool:
@@ -573,7 +573,7 @@ class _Kept:
     def __init__(self, n: int, models: list, init: Callable[[], None]):
         _make_slots()
         self.models = list(models)
-        _settle()
+        _settle(self.models)
         self.snapshot = Snapshot(self.models)
         self.counter = _CTX.Value("i", 0)
         self.pipes: dict[Any, Any] = {}  # results end → process
@@ -609,15 +609,18 @@ class _Kept:
         self.pipes.clear()
 
 
-def _settle() -> None:
-    """Set what this module's first call sets as a side effect, before a
-    :class:`Snapshot` records it: the temporary directory's name (``tempfile.tempdir``,
-    set by the first :func:`_results_folder`) and the ``multiprocessing`` modules that
-    forking a worker and its pipes imports.  Left to the first call, they change the
-    snapshot of that call's own workers, and the next call forks them again."""
+def _settle(models: list) -> None:
+    """Set what a process's first call sets as a side effect, before a :class:`Snapshot`
+    records it: the models' facts cached on first use (``StanModel.settle``), the
+    temporary directory's name (``tempfile.tempdir``, set by the first
+    :func:`_results_folder`) and the ``multiprocessing`` modules that forking a worker
+    and its pipes imports.  Left to the first call, they change the snapshot of that
+    call's own workers, and the next call forks them again."""
     import multiprocessing.connection  # noqa: F401
     import multiprocessing.popen_fork  # noqa: F401
 
+    for model in models:
+        model.settle()
     tempfile.gettempdir()
 
 
@@ -672,8 +675,6 @@ def _kept_share(jobs, n_workers, results, run_one, stopped, begin, init, late=0)
             if _KEPT is not None:
                 _KEPT.end()
             _KEPT = None
-            for model in pickler.models:  # what the call would fill in later: filled now
-                model.settle()
             _KEPT = _Kept(n_workers + late, pickler.models, init)
         kept = _KEPT
         with kept.counter.get_lock():
