@@ -536,8 +536,11 @@ def test_this_process_runs_chains_beside_its_worker(gauss2d, tmp_path):
     import functools
 
     log = tmp_path / "pids"
-    kw = dict(chains=4, warmup=200, draws=400, seed=3, progress=False, diagnose=False,
-              extend=False, chain_rerun=False, metric_rerun=False)  # one run of 4 chains
+    # one run of 4 chains, each long enough (about 50 ms) that the worker, forked for the
+    # call, has started before this process has run three (with 400 draws, 10-20 ms a
+    # chain, a fresh CI machine once saw this process run all four)
+    kw = dict(chains=4, warmup=200, draws=2000, seed=3, progress=False, diagnose=False,
+              extend=False, chain_rerun=False, metric_rerun=False)
     both = tune_and_sample(gauss2d, parallel=2, callback=functools.partial(_log_pid, log),
                            **kw)
     pids = {int(line.split()[0]) for line in log.read_text().splitlines()}
