@@ -950,8 +950,8 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
     rows = [r.positions[r.n_warmup:r.n_warmup + r.n_sampling] for r in results]
     every = max(1, -(-sum(map(len, rows)) // MISFIT_DRAWS))
     rows = [r[::every] for r in rows]
-    x = np.concatenate(rows)
-    owner = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    x, n_chains = np.concatenate(rows), len(rows)
+    owner = np.repeat(np.arange(n_chains), [len(r) for r in rows])
     if len(x) <= x.shape[1] + 2:
         return ""  # too few draws for the misfit's affine fit
     g, have = np.empty_like(x), np.zeros(len(x), dtype=bool)
@@ -969,7 +969,7 @@ def _nongaussian(fit: Fit, model: StanModel) -> str:
         if not misfit >= MISFIT_CLEAR:
             break
     seconds = time.perf_counter() - start
-    spent = np.bincount(owner[have], minlength=len(rows))
+    spent = np.bincount(owner[have], minlength=n_chains)  # each chain's draws' gradients
     _charge_counts(fit, spent, seconds, {"gradient": int(spent.sum())})
     fit.metadata["gaussian_misfit"] = {"misfit": misfit, "n_grad": int(spent.sum()),
                                        "seconds": seconds}

@@ -822,13 +822,16 @@ def test_metric_rerun_runs_when_the_draws_are_far_from_gaussian():
         return fit
 
     skewed, model = fit_of(0.05), _LogGammaDensity(0.05)
-    before = skewed.n_grad_warmup
+    before, first = skewed.n_grad_warmup, skewed.warmup_sampler_stats["n_grad"][:, 0].copy()
     reason = _nongaussian(skewed, model)
     assert reason.startswith("the draws are far from Gaussian (misfit")
     assert skewed.metadata["gaussian_misfit"]["misfit"] > NONGAUSSIAN_MISFIT
     assert skewed.metadata["gaussian_misfit"]["n_grad"] == MISFIT_DRAWS
     assert model.calls == MISFIT_DRAWS == skewed.n_grad_warmup - before
     assert skewed.n_grad_warmup == int(np.sum(skewed.warmup_sampler_stats["n_grad"]))
+    # each chain's first warmup iteration carries the gradients at its own draws
+    np.testing.assert_array_equal(skewed.warmup_sampler_stats["n_grad"][:, 0] - first,
+                                  [MISFIT_DRAWS // 4] * 4)
     clean = _with_warmup(synthetic(seed=7, sampler="ahmc"))
     fit = _metric_rerun(skewed, lambda *step: clean, progress=False, nongaussian=reason)
     assert fit is clean
