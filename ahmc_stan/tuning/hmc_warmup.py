@@ -28,14 +28,11 @@ that (windows whose 50 draws and gradients span less than half the space) they c
 more than they save on the latent fields measured (``README.md``).  (Doubling windows
 from the 10th iteration were tried: a chain restarted in a slow region of ARMA(1,1)
 baked its slowness into the metric, R-hat 1.84.)  Their paths start short (at most
-:data:`EARLY_MAX_STEPS` steps, a cap doubled every :data:`EARLY_CAP_EVERY` iterations,
-so held through the initial buffer): their draws need only span the space, not be
-independent, and there ε is far below its final value in most iterations (the dual
-averaging restarts at every early window and swings widely after each restart), where
-2/ε-step paths would spend the buffer's gradients on a few short moves.  With
-``grad_init`` they run in ``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the
-identity until the first window ends.  A gradient-based metric whose last window
-diverges in more than :data:`FALLBACK_DIVERGENT` of its iterations gives way to Stan's diagonal
+:data:`EARLY_MAX_STEPS` steps, a cap doubled every :data:`EARLY_CAP_EVERY` iterations):
+their draws need only span the space, not be independent; with ``grad_init`` they run in
+``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
+window ends.  A gradient-based metric whose last window diverges in more than
+:data:`FALLBACK_DIVERGENT` of its iterations gives way to Stan's diagonal
 (:func:`fallback_divergences`), decided in the iteration whose divergence decides the
 rule (the C++ block stops there).  With ``restart`` the phase then raises :class:`MetricFallback`
 and the caller runs a scale phase again in Stan's diagonal, with its own windows, from
@@ -68,10 +65,9 @@ __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "auto_me
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
 #: Gradient-based metrics: the cap on leapfrog steps in the first iterations of warmup,
-#: doubled every EARLY_CAP_EVERY iterations (the initial buffer's length: held through
-#: its early windows; ``README.md``, "Shorter paths in the initial buffer").
-EARLY_MAX_STEPS = 5
-EARLY_CAP_EVERY = 75
+#: doubled every EARLY_CAP_EVERY iterations.
+EARLY_MAX_STEPS = 10
+EARLY_CAP_EVERY = 25
 
 #: Gradient-based metrics on at most EARLY_WINDOW_MAX_DIMS parameters: the initial buffer
 #: is split into windows of EARLY_WINDOW iterations, each estimated from its own draws
