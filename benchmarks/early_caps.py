@@ -1,11 +1,13 @@
 """The cap on leapfrog steps early in warmup, A/B seed for seed: warmup's share of the
 gradients and the min bulk ESS per gradient (warmup included) of AHMC's default call.
 
-    python benchmarks/early_caps.py MODEL [--variants 10/25,5/75] [--seeds 1-100]
+    python benchmarks/early_caps.py MODEL [--variants 10/25,default] [--seeds 1-100]
 
-MODEL is one of ``comparisons/nuts_peers.py``'s.  Each variant ``MAX/EVERY`` sets
-:data:`~ahmc_stan.tuning.hmc_warmup.EARLY_MAX_STEPS` and ``EARLY_CAP_EVERY`` (the cap is
-``MAX · 2^(iteration // EVERY)``) in a process of its own, which calls
+MODEL is one of ``comparisons/nuts_peers.py``'s.  Each variant runs in a process of its
+own: ``default`` as the package is, ``MAX/EVERY`` with the cap ``MAX · 2^(iteration //
+EVERY)`` on any number of parameters (it sets
+:data:`~ahmc_stan.tuning.hmc_warmup.EARLY_MAX_STEPS`, ``EARLY_CAP_EVERY`` and their
+``SMALL_`` counterparts).  The process calls
 ``tune_and_sample(model, seed=s, progress=False, diagnose=False)`` for every seed.  Prints
 per variant the median warmup share, warmup gradients per chain, min ESS per gradient,
 max R-hat and extended fits, and against the first variant the median of the paired
@@ -34,7 +36,10 @@ def run(model: str, variant: str, seeds: list[int]) -> None:
     import nuts_peers
     from ahmc_stan.tuning import hmc_warmup
 
-    hmc_warmup.EARLY_MAX_STEPS, hmc_warmup.EARLY_CAP_EVERY = map(int, variant.split("/"))
+    if variant != "default":
+        steps, every = map(int, variant.split("/"))
+        hmc_warmup.EARLY_MAX_STEPS = hmc_warmup.SMALL_EARLY_MAX_STEPS = steps
+        hmc_warmup.EARLY_CAP_EVERY = hmc_warmup.SMALL_EARLY_CAP_EVERY = every
     warnings.simplefilter("ignore")
     stan_model = nuts_peers.load(model)
     for seed in seeds:
@@ -51,7 +56,7 @@ def run(model: str, variant: str, seeds: list[int]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model")
-    parser.add_argument("--variants", default="10/25,5/75")
+    parser.add_argument("--variants", default="10/25,default")
     parser.add_argument("--seeds", default="1-100")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # a variant, in its own process
     args = parser.parse_args()

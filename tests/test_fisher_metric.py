@@ -6,7 +6,6 @@ import pytest
 
 from ahmc_stan import tune_and_sample
 from ahmc_stan.metric import LowRankInvMetric
-from ahmc_stan.tuning.hmc_warmup import EARLY_MAX_STEPS
 from ahmc_stan.tuning.windows import adaptation_windows, fisher_inv_metric
 
 from .conftest import SDS_100
@@ -365,14 +364,15 @@ def test_adaptation_windows_follow_stan_and_split_the_buffer_for_gradient_metric
 
 
 def test_paths_start_short_with_a_metric_from_gradients():
-    """With a metric from gradients the scale phase caps the leapfrog steps at 10 and
-    doubles the cap every 25 iterations.  On a regression with an uncentred predictor ε
-    stays small until the metric is estimated, and 2/ε-step paths (up to 1000) would take
-    most of warmup.  The initial buffer's windows estimate it from the 25th iteration on,
-    so by the end of the buffer the paths no longer need the cap (with Stan's windows
-    alone they ran at it until the 100th)."""
+    """With a metric from gradients the scale phase caps the leapfrog steps early
+    (:func:`~ahmc_stan.tuning.hmc_warmup.early_cap`: on 3 parameters 5 steps, doubled
+    every 75 iterations).  On a regression with an uncentred predictor ε stays small
+    until the metric is estimated, and 2/ε-step paths (up to 1000) would take most of
+    warmup.  The initial buffer's windows estimate it from the 25th iteration on, so
+    after the buffer the paths no longer need the cap (with Stan's windows alone they ran
+    at it until the 100th)."""
     from ahmc_stan import StanModel, datasets
-    from ahmc_stan.tuning.hmc_warmup import EARLY_CAP_EVERY, EARLY_WINDOW
+    from ahmc_stan.tuning.hmc_warmup import EARLY_WINDOW, early_cap
 
     from .conftest import stan_model_path
 
@@ -381,10 +381,12 @@ def test_paths_start_short_with_a_metric_from_gradients():
     fit = tune_and_sample(model, chains=1, warmup=1000, draws=10, seed=1,
                           metric="low_rank", progress=False, diagnose=False)
     bound = fit.warmup_sampler_stats["num_steps_max"][0][:500]
-    cap = EARLY_MAX_STEPS * 2.0 ** (np.arange(500) // EARLY_CAP_EVERY)
+    first, every = early_cap(model.dims)
+    assert (first, every) == (5, 75)
+    cap = first * 2.0 ** (np.arange(500) // every)
     assert (bound <= cap).all()
     assert (bound[:EARLY_WINDOW] == cap[:EARLY_WINDOW]).all()  # until the first estimate
-    assert bound[75:100].mean() < cap[75:100].mean() / 2
+    assert bound[150:300].mean() < cap[150:300].mean() / 4
 
 
 def test_grad_init_starts_from_the_initial_gradient(mvn_model):

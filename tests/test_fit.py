@@ -435,7 +435,7 @@ def test_integer_generated_quantities_stay_integers_in_arviz():
     model = StanModel(stan_model_path("int_gq"))
     assert model.int_variables() == ["positive", "counts"]
     fit = tune_and_sample(model, chains=2, warmup=100, draws=100, seed=1, progress=False,
-                          parallel=False, diagnose=False)
+                          parallel=False, diagnose=False, extend=False)
     post = fit.to_arviz().posterior
     assert post["positive"].dtype == np.int64 and post["counts"].dtype == np.int64
     assert post["counts"].shape == (2, 100, 2) and post["mu2"].dtype == np.float64

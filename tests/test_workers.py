@@ -61,7 +61,7 @@ def test_a_setting_changed_between_calls_reaches_every_chain(gauss2d, monkeypatc
     for s in (1, 2):
         before = tune_and_sample(gauss2d, seed=4, **KW)
     pids = _kept_pids()
-    monkeypatch.setattr(hmc_warmup, "EARLY_MAX_STEPS", 3)
+    monkeypatch.setattr(hmc_warmup, "SMALL_EARLY_MAX_STEPS", 3)
     changed = tune_and_sample(gauss2d, seed=4, **KW)
     assert _kept_pids() and _kept_pids() != pids
     fresh = _fresh(gauss2d, monkeypatch, seed=4, **KW)

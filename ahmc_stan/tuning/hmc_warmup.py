@@ -27,8 +27,9 @@ narrow width in the identity; Stan's windows then re-estimate from later draws. 
 that (windows whose 50 draws and gradients span less than half the space) they cost
 more than they save on the latent fields measured (``README.md``).  (Doubling windows
 from the 10th iteration were tried: a chain restarted in a slow region of ARMA(1,1)
-baked its slowness into the metric, R-hat 1.84.)  Their paths start short (at most
-:data:`EARLY_MAX_STEPS` steps, a cap doubled every :data:`EARLY_CAP_EVERY` iterations):
+baked its slowness into the metric, R-hat 1.84.)  Their paths start short (:func:`early_cap`:
+at most 10 steps, a cap doubled every 25 iterations; on at most 25 parameters 5 steps,
+doubled every 75):
 their draws need only span the space, not be independent; with ``grad_init`` they run in
 ``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
 window ends.  A gradient-based metric whose last window diverges in more than
@@ -58,7 +59,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
                       regularized_inv_metric)
 
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "auto_metric",
-           "AdaptedSteps", "METRICS", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY", "EARLY_WINDOW",
+           "AdaptedSteps", "METRICS", "early_cap", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
+           "SMALL_EARLY_MAX_STEPS", "SMALL_EARLY_CAP_EVERY", "SMALL_EARLY_MAX_DIMS", "EARLY_WINDOW",
            "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT", "fallback_divergences",
            "MetricFallback"]
 
@@ -68,12 +70,28 @@ METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 #: doubled every EARLY_CAP_EVERY iterations.
 EARLY_MAX_STEPS = 10
 EARLY_CAP_EVERY = 25
+#: On at most SMALL_EARLY_MAX_DIMS parameters (fewer than an early window's draws) the cap
+#: starts at SMALL_EARLY_MAX_STEPS and is held through the buffer (doubled every
+#: SMALL_EARLY_CAP_EVERY iterations): the windows' draws still span the space, and the
+#: buffer's swinging ε no longer buys long paths.  On Caravan's 86 parameters that cap
+#: cost five times the warmup gradients (``README.md``).
+SMALL_EARLY_MAX_STEPS = 5
+SMALL_EARLY_CAP_EVERY = 75
+SMALL_EARLY_MAX_DIMS = 25
 
 #: Gradient-based metrics on at most EARLY_WINDOW_MAX_DIMS parameters: the initial buffer
 #: is split into windows of EARLY_WINDOW iterations, each estimated from its own draws
 #: and gradients (module docstring).
 EARLY_WINDOW = 25
 EARLY_WINDOW_MAX_DIMS = 4 * EARLY_WINDOW
+
+
+def early_cap(dims: int) -> tuple[int, int]:
+    """(first cap on leapfrog steps, iterations per doubling) of a gradient-based metric's
+    scale phase on ``dims`` parameters."""
+    if dims <= SMALL_EARLY_MAX_DIMS:
+        return SMALL_EARLY_MAX_STEPS, SMALL_EARLY_CAP_EVERY
+    return EARLY_MAX_STEPS, EARLY_CAP_EVERY
 
 
 def auto_metric(dims: int, n_iter: int) -> str:
@@ -268,11 +286,13 @@ def hmc_warmup(kernel, rng: np.random.Generator, state, n_iter: int, metric,
     window_start = {end: start for start, end in windows.items()}
     # with gradients, short paths at first: until the metric has settled a badly scaled
     # start makes ε tiny and 2/ε steps long
-    def caps(it, n):  # of iterations it.., doubled every EARLY_CAP_EVERY iterations
+    first_cap, every = early_cap(dims)
+
+    def caps(it, n):  # of iterations it.., doubled every `every` iterations
         if not (from_gradients and windows):
             return max_num_steps
-        doublings = np.minimum(np.arange(it, it + n) // EARLY_CAP_EVERY, 30)
-        return np.minimum(max_num_steps, EARLY_MAX_STEPS * 2 ** doublings)
+        doublings = np.minimum(np.arange(it, it + n) // every, 30)
+        return np.minimum(max_num_steps, first_cap * 2 ** doublings)
 
     def log_accept(eps):  # one leapfrog step with a fresh momentum; the state is kept
         from ..hmc import HMCParameters
