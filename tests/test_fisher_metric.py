@@ -389,6 +389,26 @@ def test_paths_start_short_with_a_metric_from_gradients():
     assert bound[150:300].mean() < cap[150:300].mean() / 4
 
 
+@pytest.mark.parametrize("dims, first, every", [(25, 5, 75), (26, 10, 25)])
+def test_the_early_cap_depends_on_the_number_of_parameters(dims, first, every):
+    """On up to 25 parameters the early cap is 5 steps doubled every 75 iterations, on
+    more 10 doubled every 25 (an ill-scaled diagonal Gaussian started in the identity:
+    the first window's paths run at the cap)."""
+    from ahmc_stan import StanModel
+    from ahmc_stan.tuning.hmc_warmup import early_cap
+
+    from .conftest import stan_model_path
+
+    assert early_cap(dims) == (first, every)
+    model = StanModel(stan_model_path("diag_normal"),
+                      {"D": dims, "sigma": np.arange(1, dims + 1) / dims})
+    fit = tune_and_sample(model, chains=2, warmup=1000, draws=100, seed=4, metric="fisher",
+                          progress=False, diagnose=False)
+    bound = fit.warmup_sampler_stats["num_steps_max"][:, :300]
+    assert (bound <= first * 2 ** (np.arange(300) // every)).all()
+    assert np.median(bound[:, :25]) == first
+
+
 def test_grad_init_starts_from_the_initial_gradient(mvn_model):
     """``1/|∇ log p(x₀)|``: for a Gaussian direction of sd σ at distance δ from its centre,
     σ²/δ; zero or non-finite components keep 1, the rest clipped to [1e-10, 1e10].  With
