@@ -293,9 +293,9 @@ def test_tune_and_sample_reruns_a_chain_stuck_in_a_minor_mode(tmp_path):
     assert saved.metadata["chain_rerun"] == again.metadata["chain_rerun"]
     assert saved.n_grad_warmup == again.n_grad_warmup
 
-    # seed 7 (of 1-100 none has three): two chains in the minor mode, two in the main mode, so no majority
-    # tells them apart, only the mass; both are rerun (in parallel worker processes),
-    # as chains run one after another would be
+    # seed 7 (of 1-100 none has three): two chains in the minor mode, two in the main
+    # mode, so no majority tells them apart, only the mass; both are rerun (in parallel
+    # worker processes), as chains run one after another would be
     run["seed"] = 7
     off = tune_and_sample(model, "ahmc", chain_rerun=False, metric_rerun=False, **run)
     minor = np.flatnonzero(off.draws[:, :, 0].mean(axis=1) > 1)

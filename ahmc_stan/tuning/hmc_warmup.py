@@ -27,9 +27,9 @@ narrow width in the identity; Stan's windows then re-estimate from later draws. 
 that (windows whose 50 draws and gradients span less than half the space) they cost
 more than they save on the latent fields measured (``README.md``).  (Doubling windows
 from the 10th iteration were tried: a chain restarted in a slow region of ARMA(1,1)
-baked its slowness into the metric, R-hat 1.84.)  Their paths start short (:func:`early_cap`:
-at most 10 steps, a cap doubled every 25 iterations; on at most 25 parameters 5 steps,
-doubled every 75):
+baked its slowness into the metric, R-hat 1.84.)  Their paths start short
+(:func:`early_cap`: at most 10 steps, a cap doubled every 25 iterations; on at most 25
+parameters 5 steps, doubled every 75):
 their draws need only span the space, not be independent; with ``grad_init`` they run in
 ``1/|∇ log p(x₀)|`` (:func:`gradient_init`) instead of the identity until the first
 window ends.  A gradient-based metric whose last window diverges in more than
@@ -60,7 +60,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
 
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "auto_metric",
            "AdaptedSteps", "METRICS", "early_cap", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
-           "SMALL_EARLY_MAX_STEPS", "SMALL_EARLY_CAP_EVERY", "SMALL_EARLY_MAX_DIMS", "EARLY_WINDOW",
+           "SMALL_EARLY_MAX_STEPS", "SMALL_EARLY_CAP_EVERY", "SMALL_EARLY_MAX_DIMS",
+           "EARLY_WINDOW",
            "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT", "fallback_divergences",
            "MetricFallback"]
 
@@ -74,7 +75,7 @@ EARLY_CAP_EVERY = 25
 #: starts at SMALL_EARLY_MAX_STEPS and is held through the buffer (doubled every
 #: SMALL_EARLY_CAP_EVERY iterations): the windows' draws still span the space, and the
 #: buffer's swinging ε no longer buys long paths.  On Caravan's 86 parameters that cap
-#: cost five times the warmup gradients (``README.md``).
+#: cost more than it saved (``README.md``, "AHMC against the best NUTS").
 SMALL_EARLY_MAX_STEPS = 5
 SMALL_EARLY_CAP_EVERY = 75
 SMALL_EARLY_MAX_DIMS = 25
