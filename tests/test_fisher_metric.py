@@ -369,7 +369,7 @@ def test_paths_start_short_with_a_metric_from_gradients():
     every 75 iterations).  On a regression with an uncentred predictor ε stays small
     until the metric is estimated, and 2/ε-step paths (up to 1000) would take most of
     warmup.  The initial buffer's windows estimate it from the 25th iteration on, so
-    after the buffer the paths no longer need the cap (with Stan's windows alone they ran
+    from the 150th the paths run far under the cap (with Stan's windows alone they ran
     at it until the 100th)."""
     from ahmc_stan import StanModel, datasets
     from ahmc_stan.tuning.hmc_warmup import EARLY_WINDOW, early_cap

@@ -61,9 +61,8 @@ from .windows import (adaptation_windows, fisher_inv_metric, low_rank_inv_metric
 __all__ = ["hmc_warmup", "gradient_init", "adapt_steps", "check_stuck", "auto_metric",
            "AdaptedSteps", "METRICS", "early_cap", "EARLY_MAX_STEPS", "EARLY_CAP_EVERY",
            "SMALL_EARLY_MAX_STEPS", "SMALL_EARLY_CAP_EVERY", "SMALL_EARLY_MAX_DIMS",
-           "EARLY_WINDOW",
-           "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT", "fallback_divergences",
-           "MetricFallback"]
+           "EARLY_WINDOW", "EARLY_WINDOW_MAX_DIMS", "FALLBACK_DIVERGENT",
+           "fallback_divergences", "MetricFallback"]
 
 METRICS = ("identity", "diag", "dense", "fisher", "low_rank")
 
