@@ -1,13 +1,16 @@
-"""The cap on leapfrog steps early in warmup, A/B seed for seed: warmup's share of the
+"""Warmup variants early in the scale phase, A/B seed for seed: warmup's share of the
 gradients and the min bulk ESS per gradient (warmup included) of AHMC's default call.
 
     python benchmarks/early_caps.py MODEL [--variants 10/25,default] [--seeds 1-100]
 
 MODEL is one of ``comparisons/nuts_peers.py``'s.  Each variant runs in a process of its
-own: ``default`` as the package is, ``MAX/EVERY`` with the cap ``MAX · 2^(iteration //
-EVERY)`` on any number of parameters (it sets
+own: ``default`` as the package is; ``MAX/EVERY`` with the cap on leapfrog steps
+``MAX · 2^(iteration // EVERY)`` on any number of parameters (it sets
 :data:`~ahmc_stan.tuning.hmc_warmup.EARLY_MAX_STEPS`, ``EARLY_CAP_EVERY`` and their
-``SMALL_`` counterparts).  The process calls
+``SMALL_`` counterparts); ``lowrank>=F`` with the low-rank estimate
+(:func:`~ahmc_stan.tuning.windows.low_rank_inv_metric`) only in metric windows of at
+least ``F`` times as many draws as parameters, the diagonal from draws and gradients
+(:func:`~ahmc_stan.tuning.windows.fisher_inv_metric`) in the others.  The process calls
 ``tune_and_sample(model, seed=s, progress=False, diagnose=False)`` for every seed.  Prints
 per variant the median warmup share, warmup gradients per chain, min ESS per gradient,
 max R-hat and extended fits, and against the first variant the median of the paired
@@ -36,7 +39,9 @@ def run(model: str, variant: str, seeds: list[int]) -> None:
     import nuts_peers
     from ahmc_stan.tuning import hmc_warmup
 
-    if variant != "default":
+    if variant.startswith("lowrank>="):
+        _low_rank_from(float(variant.split(">=")[1]))
+    elif variant != "default":
         steps, every = map(int, variant.split("/"))
         hmc_warmup.EARLY_MAX_STEPS = hmc_warmup.SMALL_EARLY_MAX_STEPS = steps
         hmc_warmup.EARLY_CAP_EVERY = hmc_warmup.SMALL_EARLY_CAP_EVERY = every
@@ -51,6 +56,19 @@ def run(model: str, variant: str, seeds: list[int]) -> None:
                           "ess_per_grad": float(e["min_ess_bulk"]) / grads,
                           "rhat": float(e["max_rhat"]),
                           "extended": fit.n_draws > 1000}), flush=True)
+
+
+def _low_rank_from(share: float) -> None:
+    """The scale phase's low-rank estimate only in windows of at least ``share`` times as
+    many draws as parameters, :func:`fisher_inv_metric` in the others."""
+    from ahmc_stan.tuning import hmc_warmup, windows
+
+    def estimate(draws, grads, *args, **kwargs):
+        if len(draws) < share * draws.shape[1]:
+            return windows.fisher_inv_metric(draws, grads)
+        return windows.low_rank_inv_metric(draws, grads, *args, **kwargs)
+
+    hmc_warmup.low_rank_inv_metric = estimate
 
 
 def main() -> None:

@@ -19,7 +19,9 @@ so without the rerun; ``fisher``: from draws and gradients;
 ``diag``: Stan's, from draws; ``ahmc_diag_095``: the same, its dual averaging aiming at
 an acceptance statistic of 0.95; ``ahmc_grad_init``: ``low_rank`` whose first window runs
 in ``1/|∇ log p(x₀)|``, ``grad_init=True``; ``ahmc_no_extend``: the default without
-its extension, ``extend=False``), CmdStan NUTS, nutpie, nutpie low-rank; same
+its extension, ``extend=False``; ``ahmc_unchecked``: the default without any of the
+decisions after its chains, the slow-chain rule, the metric rerun and the extension,
+which measures what they cost a call), CmdStan NUTS, nutpie, nutpie low-rank; same
 chains, iterations and seeds; with ``--own-warmup`` each at its own default number of
 warmup iterations instead (AHMC's ``ahmc_stan.sampling.STAN_WARMUP``, or 500 where its first
 chain finds the posterior Gaussian, ``ahmc_stan.tuning.fast_warmup``; CmdStan's 1000,
@@ -74,7 +76,9 @@ OURS = {"ahmc_diag": {"metric": "diag"}, "ahmc_fisher": {"metric": "fisher"},
         "ahmc_diag_095": {"metric": "diag", "adapt_delta": 0.95},
         "ahmc_low_rank": {}, "ahmc_low_rank_no_rerun": {"metric": "low_rank"},
         "ahmc_grad_init": {"metric": "low_rank", "grad_init": True},
-        "ahmc_no_extend": {"extend": False}, "ahmc_pooled": {"pool_windows": True},
+        "ahmc_no_extend": {"extend": False},
+        "ahmc_unchecked": {"extend": False, "metric_rerun": False, "chain_rerun": False},
+        "ahmc_pooled": {"pool_windows": True},
         "ahmc_low_rank_forked": {}}
 #: Ours run with chain workers forked for every call (``ahmc_stan.workers.KEEP = False``),
 #: as before stop 68, to measure what keeping them gains side by side.
