@@ -87,8 +87,9 @@ from typing import Any
 import numpy as np
 
 from . import blas
-from .tuning.tail_rejection import (TAIL_FRACTION, TAIL_REJECTION_MIN, TAIL_REJECTION_RATIO,
-                                    tail_rejections)
+from .rank_diagnostics import row_quantiles
+from .tuning.tail_rejection import (REGION_PROBS, TAIL_FRACTION, TAIL_REJECTION_MIN,
+                                    TAIL_REJECTION_RATIO, tail_rejections)
 from .tuning.windows import NONGAUSSIAN_MISFIT
 
 __all__ = ["diagnose", "CHECKS", "Diagnosis", "Problem", "ConvergenceWarning",
@@ -660,9 +661,13 @@ def _check_tail_rejection(fit):
         return []
     cache = getattr(fit, "_check_cache", {})  # the draws do not change: computed once
     if "tail_rejections" not in cache:
-        # the transition that starts at draw t is recorded with draw t + 1
+        # the transition that starts at draw t is recorded with draw t + 1; the regions
+        # are those of all the draws (quantiles the call may have kept)
         x = fit.params[:, :-1, cols].reshape(-1, cols.size)
-        cache["tail_rejections"] = tail_rejections(x, rej)
+        q = fit.param_quantiles(REGION_PROBS)
+        q = (row_quantiles(fit.params[:, :, cols].reshape(-1, cols.size).T, REGION_PROBS)
+             if q is None else q[:, cols])
+        cache["tail_rejections"] = tail_rejections(x, rej, quantiles=q)
     found = cache["tail_rejections"]
     if not found:
         return []

@@ -62,6 +62,13 @@ ARVIZ_STAT_NAMES = {
     "lp": "lp",
 }
 
+#: The quantiles :meth:`Fit.summary` reports (cmdstanpy's 5 %, 50 %, 95 %).
+SUMMARY_PROBS = (0.05, 0.5, 0.95)
+#: The quantiles a call keeps of the parameters with their diagnostics (one sort of each
+#: column serves both): the summary's and the diagnosis's tail check's
+#: (:data:`ahmc_stan.tuning.tail_rejection.REGION_PROBS`).
+QUANTILE_PROBS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
 _FORMAT_VERSION = 1
 
 
@@ -199,6 +206,9 @@ class Fit:
         self.incomplete = bool(incomplete)
         self._diag_cache: dict[str, np.ndarray] | None = None
         self._param_diag_cache: dict[str, np.ndarray] | None = None
+        #: the parameters-block columns' quantiles at :data:`QUANTILE_PROBS`, ``(prob,
+        #: column)``, where the call computed them with their diagnostics (one sort)
+        self._param_quantiles: np.ndarray | None = None
         #: results of the diagnosis's costlier checks on these draws (:mod:`.convergence`)
         self._check_cache: dict[str, Any] = {}
 
@@ -415,8 +425,12 @@ class Fit:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
-        if flat.shape[0]:
-            q = row_quantiles(flat.T, [0.05, 0.5, 0.95])
+        kept, k = self.param_quantiles(SUMMARY_PROBS), self.n_params
+        if kept is not None:
+            q = np.concatenate([kept, row_quantiles(flat[:, k:].T, SUMMARY_PROBS)
+                                if flat.shape[1] > k else np.zeros((3, 0))], axis=1)
+        elif flat.shape[0]:
+            q = row_quantiles(flat.T, SUMMARY_PROBS)
         else:
             q = np.full((3, flat.shape[1]), np.nan)
         return pd.DataFrame({
@@ -424,6 +438,14 @@ class Fit:
             "mcse_sd": d["mcse_sd"], "ess_bulk": d["ess_bulk"], "ess_tail": d["ess_tail"],
             "r_hat": d["r_hat"], "5%": q[0], "50%": q[1], "95%": q[2],
         }, index=pd.Index(self.param_names, name="param"))
+
+    def param_quantiles(self, probs) -> np.ndarray | None:
+        """The parameters-block columns' quantiles at ``probs`` (each one of
+        :data:`QUANTILE_PROBS`), ``(prob, column)``, where the call kept them (numpy's
+        default method over all chains' draws); else None."""
+        if self._param_quantiles is None or not set(probs) <= set(QUANTILE_PROBS):
+            return None
+        return self._param_quantiles[[QUANTILE_PROBS.index(p) for p in probs]]
 
     def efficiency(self) -> dict[str, float]:
         """ESS over the parameters-block columns and its cost in gradients and seconds.

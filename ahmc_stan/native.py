@@ -73,7 +73,8 @@ SIGNATURES: dict[str, tuple] = {
     "ahmc_rmhmc_block": (_int, [_ptr, _ptr, _int, _double, _int, _int, ctypes.c_uint64,
                                 *[_ptr] * 4]),
     # the native diagnostics' library
-    "ahmc_rank_diagnostics": (_int, [_ptr, _int, _int, _int, _ptr, _int, *[_ptr] * 7]),
+    "ahmc_rank_diagnostics": (_int, [_ptr, _int, _int, _int, _ptr, _int, *[_ptr] * 8,
+                                      _int, _ptr]),
 }
 
 

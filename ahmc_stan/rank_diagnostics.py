@@ -14,8 +14,9 @@ its quantiles (R's type 7, scipy's ``mquantiles`` formula), and Geyer's truncati
 written over all columns at once.  The truncation of Geyer's initial positive sequence
 (Geyer 1992, as in Stan) stops at the first pair of autocorrelations whose sum is not
 positive; the monotone sequence is then the running minimum of the pair sums.  Each
-column's split draws are sorted once, for the normal scores, the tail quantiles and the
-folded draws' ranks; blocks of columns run in threads.  Results
+column's split draws are sorted once, for the normal scores, the tail quantiles, the
+folded draws' ranks and any quantiles asked for (the summary's, the tail check's); blocks
+of columns run in threads.  Results
 equal ArviZ's to rounding (``tests/test_rank_diagnostics.py`` checks them against the
 installed ArviZ on chains with ties, heavy tails, constant and NaN columns).
 
@@ -349,32 +350,53 @@ MIN_BLOCK = 8
 CONVERGENCE_KEYS = ("ess_bulk", "ess_tail", "r_hat")
 
 
-def diagnostics(values: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+def diagnostics(values: np.ndarray, keys=KEYS, probs=()) -> dict[str, np.ndarray]:
     """Those of the five named in ``keys`` (default all) of a ``(chain, draw, column)``
     array: ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``, ``mcse_sd`` (the split
     and the normal scores shared), in blocks of columns (:func:`_blocks`); nan where
-    ArviZ gives nan, without warnings."""
+    ArviZ gives nan, without warnings.  With ``probs``, also ``quantiles``: each column's
+    (all chains' draws) at ``probs``, ``(column, prob)``, :func:`row_quantiles`' values
+    from the sort the others share."""
     values = np.asarray(values, dtype=float)
     keys = tuple(k for k in KEYS if k in keys)
+    probs = tuple(float(p) for p in probs)
 
     def block(start: int, stop: int) -> dict[str, np.ndarray]:
         with np.errstate(all="ignore"):  # infinite draws give nan, as in ArviZ
-            return _diagnostics_block(_by_column(values[:, :, start:stop]), keys)
+            return _diagnostics_block(_by_column(values[:, :, start:stop]), keys, probs)
 
     blocks = _in_blocks(block, values.shape[2])
-    return {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in keys}
+    out = {key: np.concatenate([b[key] for b in blocks] or [np.zeros(0)]) for key in keys}
+    if probs:
+        out["quantiles"] = np.concatenate([b["quantiles"] for b in blocks]
+                                          or [np.zeros((0, len(probs)))])
+    return out
 
 
-def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
+def _diagnostics_block(x: np.ndarray, keys=KEYS, probs=()) -> dict[str, np.ndarray]:
     out = {key: np.full(x.shape[0], np.nan) for key in keys}
+    if probs:
+        out["quantiles"] = np.full((x.shape[0], len(probs)), np.nan)
     ok = _valid(x, 1)
-    if not ok.any():
-        return out
+    quantiled = np.zeros(x.shape[0], dtype=bool)
+    if ok.any():
+        _diagnostics_valid(x, ok, keys, probs, out, quantiled)
+    if probs and not quantiled.all():  # the columns the library left, by numpy
+        rows = x[~quantiled].reshape(int((~quantiled).sum()), -1)
+        out["quantiles"][~quantiled] = row_quantiles(rows, probs).T
+    return out
+
+
+def _diagnostics_valid(x, ok, keys, probs, out, quantiled) -> None:
+    """:func:`_diagnostics_block` on its valid columns ``ok``; ``quantiled`` marks those
+    whose quantiles the library wrote."""
     native = [key for key in KEYS if key in out
               and (key != "r_hat" or x.shape[1] >= 2)]  # R-hat needs two chains
     y = x[ok]
     # each statistic where the native library did not compute it, by numpy
-    rest = {key: ~done for key, done in _native_block(y, native, out, ok).items()}
+    rest = {key: ~done for key, done in _native_block(y, native, out, ok, probs).items()}
+    if probs:
+        quantiled[np.flatnonzero(ok)] = ~rest.pop("quantiles")
     columns = np.flatnonzero(ok)
     ranked = [key for key in ("ess_bulk", "ess_tail", "r_hat")
               if key in rest and rest[key].any()]
@@ -400,6 +422,7 @@ def _diagnostics_block(x: np.ndarray, keys=KEYS) -> dict[str, np.ndarray]:
 NATIVE = True
 _WANT = {"ess_bulk": 1, "ess_tail": 2, "r_hat": 4, "mcse_mean": 16, "mcse_sd": 32}
 _SCORED = 8  # the library's flag: a column's normal scores written for numpy's bulk ESS
+_QUANTILED = 64  # ... and its quantiles written
 
 
 @functools.lru_cache(maxsize=8)
@@ -412,25 +435,30 @@ def _score_table(n: int) -> np.ndarray:
 
 
 def _native_block(y: np.ndarray, keys: list[str], out: dict[str, np.ndarray],
-                  where: np.ndarray) -> dict[str, np.ndarray]:
+                  where: np.ndarray, probs=()) -> dict[str, np.ndarray]:
     """The statistics ``keys`` of the columns ``y`` (``(k, chain, draw)``) by the native
     library, written into ``out[key]`` at the columns ``where`` selects; returns, for each
     of ``keys``, which columns it computed (none where it cannot run: odd draws, no
     library; see ``ahmc_rank_diagnostics`` for the others it leaves).  A bulk ESS whose
     autocorrelations reach past the library's lags is computed here, by the FFT
-    (:func:`_ess`), from the normal scores the library returns."""
+    (:func:`_ess`), from the normal scores the library returns.  With ``probs``, the
+    quantiles too (``out["quantiles"]``, and ``"quantiles"`` in the returned dict)."""
     k, chains, draws = y.shape
     done = np.zeros(k, np.intc)
     values = {key: np.full(k, np.nan) for key in _WANT}
-    entry = _native_entry() if NATIVE and keys and draws % 2 == 0 and draws >= 4 else None
+    quantiles = np.full((k, len(probs)), np.nan)
+    entry = (_native_entry() if NATIVE and (keys or probs) and draws % 2 == 0 and draws >= 4
+             else None)
     if entry is not None:
         y = np.ascontiguousarray(y, dtype=float)
         table = _score_table(chains * draws)
         z = np.empty((k, chains * draws)) if "ess_bulk" in keys else None
+        at = np.asarray(probs, dtype=float)
         if entry(y.ctypes.data, k, chains, draws, table.ctypes.data,
                  sum(_WANT[key] for key in keys),
                  *[values[key].ctypes.data for key in _WANT], done.ctypes.data,
-                 None if z is None else z.ctypes.data):
+                 None if z is None else z.ctypes.data, at.ctypes.data, len(probs),
+                 quantiles.ctypes.data):
             done[:] = 0
         scored = (done & _SCORED) != 0  # the bulk ESS left to the FFT, from the scores
         if scored.any():
@@ -440,6 +468,9 @@ def _native_block(y: np.ndarray, keys: list[str], out: dict[str, np.ndarray],
     columns = np.flatnonzero(where)
     for key, yes in computed.items():
         out[key][columns[yes]] = values[key][yes]
+    if probs:
+        computed["quantiles"] = yes = (done & _QUANTILED) != 0
+        out["quantiles"][columns[yes]] = quantiles[yes]
     return computed
 
 

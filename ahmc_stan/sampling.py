@@ -37,7 +37,7 @@ import numpy as np
 from . import blas
 from .chain_rerun import continue_slow_chains, last_state, rerun_stray_chains
 from .convergence import seed_slow_chains, slow_chains
-from .fit import Deferred, Fit
+from .fit import QUANTILE_PROBS, Deferred, Fit
 from .model import StanModel
 from .samplers.chain import ChainResult, read_stream, streaming, thin_result
 from .tuning.fast_warmup import WARMUP as FAST_WARMUP, FastWarmup
@@ -1221,6 +1221,7 @@ def _run_chains(model: StanModel, sampler: str, chains: int, warmup: int, draws:
     if judged and judged["x"].shape == fit.params.shape and \
             np.array_equal(judged["x"], fit.params):  # the same draws: the same values
         fit._param_diag_cache = judged["diagnostics"]
+        fit._param_quantiles = judged["quantiles"]
         seed_slow_chains(fit, judged["slow_chains"])
     if fast:
         fit.metadata["fast_warmup"] = fast.note()
@@ -1242,12 +1243,14 @@ def _slow_rule(model: StanModel, judged: dict, x: np.ndarray) -> list[tuple]:
     after it judge the same draws by the same ESS, tail ESS and R-hat, and the diagnosis
     applies the same rule: all three are computed here (sharing the ranks) and kept in
     ``judged`` with the rule's finding, for the fit whose parameters turn out equal to
-    ``x``."""
+    ``x``, with the quantiles that the summary and the tail check read
+    (:data:`~ahmc_stan.fit.QUANTILE_PROBS`, from the same sort)."""
     from .rank_diagnostics import CONVERGENCE_KEYS, diagnostics
 
     if not model.constrains_to_itself:
         return slow_chains(x)
-    judged.update(x=x, diagnostics=diagnostics(x, CONVERGENCE_KEYS))
+    found = diagnostics(x, CONVERGENCE_KEYS, QUANTILE_PROBS)
+    judged.update(x=x, quantiles=found.pop("quantiles").T, diagnostics=found)
     judged["slow_chains"] = slow_chains(x, judged["diagnostics"]["ess_bulk"])
     return judged["slow_chains"]
 

@@ -616,9 +616,12 @@ def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_mod
                                                          monkeypatch):
     """Where the parameters are the unconstrained coordinates themselves (an unbounded
     vector), the slow-chain rule's bulk ESS, tail ESS and R-hat of the draws, and its
-    finding, are kept for the fit, and equal what the fit computes on its own; a model
-    with bounds is judged not to constrain to itself, and its fit computes its own."""
-    from ahmc_stan import convergence, rank_diagnostics
+    finding, are kept for the fit, and equal what the fit computes on its own, and so
+    are the quantiles from the same sort that the summary and the tail check read; a
+    model with bounds is judged not to constrain to itself, and its fit computes its
+    own."""
+    from ahmc_stan import convergence, fit as fit_module, rank_diagnostics
+    from ahmc_stan.tuning import tail_rejection
 
     assert gauss2d.constrains_to_itself and not constrained_model.constrains_to_itself
     kw = dict(chains=4, warmup=300, draws=300, seed=4, progress=False, diagnose=False,
@@ -631,8 +634,20 @@ def test_the_slow_chain_rules_ranks_serve_the_diagnosis(gauss2d, constrained_mod
         np.testing.assert_array_equal(kept[key], fresh[key])
     found = convergence.slow_chains(fit.params, fresh["ess_bulk"])
     assert repr(fit._check_cache["slow_chains"]) == repr(found)
+    pooled = fit.params.reshape(-1, fit.n_params)
+    np.testing.assert_array_equal(fit.param_quantiles(fit_module.QUANTILE_PROBS),
+                                  np.quantile(pooled, fit_module.QUANTILE_PROBS, axis=0))
+    np.testing.assert_array_equal(fit.summary()[["5%", "50%", "95%"]].to_numpy().T,
+                                  np.quantile(pooled, fit_module.SUMMARY_PROBS, axis=0))
+    monkeypatch.setattr(convergence, "tail_rejections",
+                        lambda *a, **k: kept_q.append(k["quantiles"]) or [])
+    kept_q = []
+    convergence.diagnose(fit, checks=("tail_rejection",))
+    np.testing.assert_array_equal(
+        kept_q[0], np.quantile(pooled, tail_rejection.REGION_PROBS, axis=0))
     other = tune_and_sample(constrained_model, **kw)
     assert other._param_diag_cache is None and "slow_chains" not in other._check_cache
+    assert other._param_quantiles is None
 
 
 def _assembled_chains(monkeypatch) -> list:

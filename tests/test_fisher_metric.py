@@ -146,23 +146,31 @@ def test_low_rank_shortcut_gives_what_the_decompositions_give(monkeypatch):
     of a Gaussian with a diagonal covariance that span the space, and returns the diagonal
     the full computation returns; on a wide window (the draws' and the gradients' rows
     span different subspaces), a correlated Gaussian, a heavy-tailed target and near the
-    bounds it does not change the result."""
+    bounds it does not change the result.  Nor does the later proof from S's eigenvalues
+    alone (``_keeps_none``), which fires on the wide window of the diagonal Gaussian,
+    where the first cannot."""
     from ahmc_stan.tuning import windows
 
     rng = np.random.default_rng(11)
-    fired = []
-    shortcut = windows._nothing_to_correct
+    fired, later = [], []
+    shortcut, from_eigenvalues = windows._nothing_to_correct, windows._keeps_none
 
     def spy(*args):
         fired.append(shortcut(*args))
         return fired[-1]
 
+    def later_spy(*args):
+        later.append(from_eigenvalues(*args))
+        return later[-1]
+
     def full(x, g, **kw):
         with monkeypatch.context() as patch:
             patch.setattr(windows, "_nothing_to_correct", lambda *a: False)
+            patch.setattr(windows, "_keeps_none", lambda *a: False)
             return windows.low_rank_inv_metric(x, g, **kw)
 
     monkeypatch.setattr(windows, "_nothing_to_correct", spy)
+    monkeypatch.setattr(windows, "_keeps_none", later_spy)
     scales = np.exp(rng.uniform(-3, 3, 40))
     cases = []
     for n, fires in ((15, False), (50, True), (200, True)):  # 2n < d, 2n > d
@@ -175,7 +183,10 @@ def test_low_rank_shortcut_gives_what_the_decompositions_give(monkeypatch):
     cases.append((t, -4 * t / (3 + t ** 2), None))
     for x, g, fires in cases:
         fired.clear()
+        later.clear()
         got, want = windows.low_rank_inv_metric(x, g), full(x, g)
+        if fires is False and x.shape[1] == 40:  # the wide window of the diagonal Gaussian
+            assert later == [True]
         assert type(got) is type(want)
         if isinstance(want, np.ndarray):
             np.testing.assert_array_equal(got, want)

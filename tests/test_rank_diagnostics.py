@@ -221,3 +221,26 @@ def test_native_sort_of_smooth_columns_with_ties_and_signed_zeros(monkeypatch):
     for key in rd.KEYS:
         np.testing.assert_allclose(native[key], numpy[key], rtol=1e-12, atol=0, err_msg=key)
         np.testing.assert_allclose(native[key], ref[key], rtol=1e-10, atol=0, err_msg=key)
+
+
+@pytest.mark.parametrize("chains,draws", [(4, 1000), (1, 1000), (3, 101), (2, 4)])
+@pytest.mark.parametrize("native", [True, False])
+def test_quantiles_with_the_diagnostics_equal_numpys(monkeypatch, chains, draws, native):
+    """The quantiles :func:`diagnostics` returns with the statistics (from the library's
+    sort, or numpy's where it leaves a column) are ``np.quantile``'s over all chains'
+    draws exactly: ties, heavy tails, signed zeros, infinite draws and a nan column; the
+    statistics are those computed without them; and asked for alone, the same."""
+    monkeypatch.setattr(rd, "NATIVE", native)
+    rng = np.random.default_rng(chains + 3 * draws)
+    x = np.concatenate([awkward_draws(rng, chains, draws),
+                        np.exp(3 * rng.standard_normal((chains, draws, 2)))], axis=2)
+    x.reshape(-1, x.shape[2])[rng.choice(chains * draws, 3 * draws // 4), 11] = -0.0
+    probs = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+    with np.errstate(invalid="ignore"):  # inf - inf, as in numpy's own interpolation
+        want = np.quantile(x.reshape(-1, x.shape[2]), probs, axis=0).T
+    got = rd.diagnostics(x, rd.CONVERGENCE_KEYS, probs)
+    assert got["quantiles"].shape == (x.shape[2], len(probs))
+    np.testing.assert_array_equal(got.pop("quantiles"), want)
+    for key, value in rd.diagnostics(x, rd.CONVERGENCE_KEYS).items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    np.testing.assert_array_equal(rd.diagnostics(x, (), probs)["quantiles"], want)

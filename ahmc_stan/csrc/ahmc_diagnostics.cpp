@@ -326,6 +326,18 @@ double quantile(const double* sorted, int n, double prob) {
   return (1.0 - gamma) * sorted[k - 1] + gamma * sorted[k];
 }
 
+// numpy's default (linear) quantile of sorted values, in its arithmetic (the lerp from
+// the nearer end), as rank_diagnostics.row_quantiles computes it.
+double linear_quantile(const double* sorted, int n, double prob) {
+  const double virt = (n - 1) * prob;
+  const double below = std::min(std::max(std::floor(virt), 0.0), n - 1.0);
+  const double above = std::min(std::max(below + 1.0, 0.0), n - 1.0);
+  const double gamma = virt - below;
+  const double a = sorted[static_cast<int>(below)], b = sorted[static_cast<int>(above)];
+  const double diff = b - a;
+  return gamma >= 0.5 ? b - diff * (1.0 - gamma) : a + diff * gamma;
+}
+
 // The MCSEs of the mean and of the sd of the n = m h draws (rank_diagnostics._mcse_mean,
 // _mcse_sd, as arviz.mcse computes them): the sd over the ESS of the split draws, and
 // from the ESS of the split squared deviations from the mean and their variance, the
@@ -383,11 +395,14 @@ extern "C" {
 // sd where its variance cancels, see mcse; R-hat of one chain is nan).  A finite column's
 // bulk ESS whose truncation lies past MAX_LAGS is left too, its normal scores (2 chains
 // series of h, each chain's halves in turn) written to z_out (k rows of 2 m h) unless it
-// is null, and bit 8 set.
+// is null, and bit 8 set.  With n_probs > 0, each finite column's quantiles at probs
+// (numpy's default method, from the same sort) in quantiles_out (k rows of n_probs), and
+// bit 64 set.
 int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const double* table,
                           int want, double* out_bulk, double* out_tail, double* out_rhat,
                           double* out_mcse_mean, double* out_mcse_sd, int* done,
-                          double* z_out) {
+                          double* z_out, const double* probs, int n_probs,
+                          double* quantiles_out) {
   if (draws % 2 != 0 || draws < 4 || chains < 1) return 1;
   const int h = draws / 2, m = 2 * chains, n = m * h;
   Scratch s;
@@ -402,8 +417,15 @@ int ahmc_rank_diagnostics(const double* x, int k, int chains, int draws, const d
     for (int i = 0; i < n && finite; ++i) finite = std::isfinite(col[i]);
     if (!finite) continue;
     if (want & (16 | 32)) mcse(col, m, h, want, s, out_mcse_mean[c], out_mcse_sd[c], done[c]);
-    if (!(want & 7)) continue;
+    if (!(want & 7) && n_probs <= 0) continue;
     value_order(col, n, s);  // each chain's halves in turn: the split draws
+    if (n_probs > 0) {
+      for (int j = 0; j < n_probs; ++j)
+        quantiles_out[static_cast<size_t>(c) * n_probs + j] =
+            linear_quantile(s.sorted.data(), n, probs[j]);
+      done[c] |= 64;
+    }
+    if (!(want & 7)) continue;
     scores(s.sorted.data(), s.order.data(), n, table, s.z.data());
     const bool rhat = (want & 4) && chains >= 2;
     if ((want & 1) || rhat) series_moments(s.z.data(), m, h, s.series);

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..rank_diagnostics import row_quantiles
 
-__all__ = ["TAIL_FRACTION", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO", "TailRejection",
+__all__ = ["TAIL_FRACTION", "REGION_PROBS", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO", "TailRejection",
            "tail_rejections"]
 
 #: A parameter's tails: its lowest and highest this fraction of the draws.
@@ -29,6 +29,8 @@ TAIL_REJECTION_MIN = 0.25
 TAIL_REJECTION_RATIO = 2.5
 #: A central half that never rejects counts as this rate in the ratio.
 _MID_FLOOR = 0.01
+#: The quantiles that bound a column's regions: its tails and its central half.
+REGION_PROBS = (TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION)
 
 
 class TailRejection(NamedTuple):
@@ -41,7 +43,8 @@ class TailRejection(NamedTuple):
 
 def tail_rejections(x: np.ndarray, rejected: np.ndarray,
                     min_ratio: float = TAIL_REJECTION_RATIO,
-                    strata: np.ndarray | None = None) -> list[TailRejection]:
+                    strata: np.ndarray | None = None, quantiles: np.ndarray | None = None
+                    ) -> list[TailRejection]:
     """The columns of ``x`` (n × k: the positions the n transitions start from) with a
     tail whose transitions were rejected too often (module docstring; ``min_ratio`` times
     the central half's rate), worst first.
@@ -54,10 +57,13 @@ def tail_rejections(x: np.ndarray, rejected: np.ndarray,
     half's rate *in the same strata*, weighted as the tail's transitions fall in them
     (indirect standardisation), so that rejections that come with a stratum (a block
     of large steps spent near one point) are not taken for the tail's.  Without it,
-    one stratum: the ratio of the two rates."""
+    one stratum: the ratio of the two rates.
+
+    ``quantiles`` (4 × k): each column's at :data:`REGION_PROBS`, which bound its
+    regions; default those of ``x``'s own rows."""
     x = np.asarray(x, dtype=float)
     rej = np.asarray(rejected, dtype=float).reshape(-1)
-    q = row_quantiles(x.T, [TAIL_FRACTION, 0.25, 0.75, 1 - TAIL_FRACTION])
+    q = row_quantiles(x.T, REGION_PROBS) if quantiles is None else np.asarray(quantiles)
     labels = np.zeros(x.shape[0], dtype=int) if strata is None else np.asarray(strata)
     in_stratum = (labels == np.unique(labels)[:, None]).astype(float)  # (strata, n)
     n_strata = in_stratum.shape[0]
