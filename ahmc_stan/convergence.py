@@ -664,7 +664,7 @@ def _check_tail_rejection(fit):
         # the transition that starts at draw t is recorded with draw t + 1; the regions
         # are those of all the draws (quantiles the call may have kept)
         x = fit.params[:, :-1, cols].reshape(-1, cols.size)
-        q = fit.param_quantiles(REGION_PROBS)
+        q = fit._kept_quantiles(REGION_PROBS)
         q = (row_quantiles(fit.params[:, :, cols].reshape(-1, cols.size).T, REGION_PROBS)
              if q is None else q[:, cols])
         cache["tail_rejections"] = tail_rejections(x, rej, quantiles=q)

@@ -425,7 +425,7 @@ class Fit:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
-        kept, k = self.param_quantiles(SUMMARY_PROBS), self.n_params
+        kept, k = self._kept_quantiles(SUMMARY_PROBS), self.n_params
         if kept is not None:
             q = np.concatenate([kept, row_quantiles(flat[:, k:].T, SUMMARY_PROBS)
                                 if flat.shape[1] > k else np.zeros((3, 0))], axis=1)
@@ -439,7 +439,7 @@ class Fit:
             "r_hat": d["r_hat"], "5%": q[0], "50%": q[1], "95%": q[2],
         }, index=pd.Index(self.param_names, name="param"))
 
-    def param_quantiles(self, probs) -> np.ndarray | None:
+    def _kept_quantiles(self, probs) -> np.ndarray | None:
         """The parameters-block columns' quantiles at ``probs`` (each one of
         :data:`QUANTILE_PROBS`), ``(prob, column)``, where the call kept them (numpy's
         default method over all chains' draws); else None."""
