@@ -18,8 +18,8 @@ import numpy as np
 
 from ..rank_diagnostics import row_quantiles
 
-__all__ = ["TAIL_FRACTION", "REGION_PROBS", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO", "TailRejection",
-           "tail_rejections"]
+__all__ = ["TAIL_FRACTION", "REGION_PROBS", "TAIL_REJECTION_MIN", "TAIL_REJECTION_RATIO",
+           "TailRejection", "tail_rejections"]
 
 #: A parameter's tails: its lowest and highest this fraction of the draws.
 TAIL_FRACTION = 0.1
