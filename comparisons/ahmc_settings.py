@@ -10,7 +10,10 @@ share falls; ``extend=false`` in a setting compares the warmups alone).
 
 A setting is ``key=value`` pairs (values read as JSON, else strings) passed to
 ``tune_and_sample`` (``warmup``, ``scale_fraction``, ``metric``, ...); without ``warmup``
-(or with ``warmup=null``) AHMC runs its own default.  Models are those of
+(or with ``warmup=null``) AHMC runs its own default.  A key with a dot names a module
+constant of ``ahmc_stan`` instead (``ahmc_stan.tuning.hmc_warmup.EARLY_WINDOW_MAX_DIMS=99``),
+set for that setting's runs and restored after them (the kept chain workers see the
+change and are forked again).  Models are those of
 ``comparisons/nuts_peers.py`` (the suite's and the two uncentred regressions).  No NUTS
 runs here: ``nuts_peers.py`` compares with it.  Prints a Markdown table.
 """
@@ -18,6 +21,8 @@ runs here: ``nuts_peers.py`` compares with it.  Prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import sys
 import warnings
@@ -42,9 +47,29 @@ def parse_setting(text: str) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def constants(setting: dict):
+    """The setting's module constants (keys with a dot) set, restored on leaving."""
+    saved = []
+    try:
+        for key, value in setting.items():
+            if "." in key:
+                module, _, name = key.rpartition(".")
+                if not module.startswith("ahmc_stan"):
+                    raise ValueError(f"{key}: not a constant of ahmc_stan")
+                target = importlib.import_module(module)
+                saved.append((target, name, getattr(target, name)))
+                setattr(target, name, value)
+        yield
+    finally:
+        for target, name, value in reversed(saved):
+            setattr(target, name, value)
+
+
 def run(model, setting: dict, seed: int, chains: int, draws: int) -> dict:
-    options = {"warmup": None, "draws": draws, **setting}
-    with warnings.catch_warnings():
+    options = {"warmup": None, "draws": draws,
+               **{k: v for k, v in setting.items() if "." not in k}}
+    with warnings.catch_warnings(), constants(setting):
         warnings.simplefilter("ignore")
         fit = ahmc_stan.tune_and_sample(model, chains=chains, seed=seed, progress=False,
                                         diagnose=False, **options)

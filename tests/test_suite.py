@@ -275,3 +275,27 @@ def test_peers_bootstrap_interval_resamples_the_seeds_together():
     point = np.median(2 * spread) / np.median(spread[:7])
     assert low < point < high
     assert peers.interval(runs, "ours", ["nuts", "nutpie"], "per_grad") == (low, high)
+
+
+def test_settings_set_module_constants_for_their_runs_only():
+    """``ahmc_settings.constants``: a setting's ``module.CONSTANT`` keys are set while its
+    runs last and restored after, also when a run fails; a name outside ``ahmc_stan`` or
+    a constant the module lacks is refused (a typo would otherwise measure nothing)."""
+    from ahmc_stan.tuning import hmc_warmup
+
+    settings = _comparison_script("ahmc_settings")
+    key = "ahmc_stan.tuning.hmc_warmup.EARLY_WINDOW_MAX_DIMS"
+    before = hmc_warmup.EARLY_WINDOW_MAX_DIMS
+    with settings.constants({key: before - 1, "metric": "diag"}):
+        assert hmc_warmup.EARLY_WINDOW_MAX_DIMS == before - 1
+    assert hmc_warmup.EARLY_WINDOW_MAX_DIMS == before
+    with pytest.raises(RuntimeError), settings.constants({key: 7}):
+        raise RuntimeError("a run failed")
+    assert hmc_warmup.EARLY_WINDOW_MAX_DIMS == before
+    with pytest.raises(ValueError, match="not a constant of ahmc_stan"):
+        with settings.constants({"numpy.pi": 3}):
+            pass
+    with pytest.raises(AttributeError):
+        with settings.constants({"ahmc_stan.tuning.hmc_warmup.NO_SUCH_CONSTANT": 1}):
+            pass
+    assert not hasattr(hmc_warmup, "NO_SUCH_CONSTANT")
