@@ -427,12 +427,11 @@ class Fit:
             sd = flat.std(axis=0, ddof=1) if flat.shape[0] > 1 else np.full(flat.shape[1], np.nan)
         kept, k = self._kept_quantiles(SUMMARY_PROBS), self.n_params
         if kept is not None:
-            q = np.concatenate([kept, row_quantiles(flat[:, k:].T, SUMMARY_PROBS)
-                                if flat.shape[1] > k else np.zeros((3, 0))], axis=1)
+            q = np.concatenate([kept, row_quantiles(flat[:, k:].T, SUMMARY_PROBS)], axis=1)
         elif flat.shape[0]:
             q = row_quantiles(flat.T, SUMMARY_PROBS)
         else:
-            q = np.full((3, flat.shape[1]), np.nan)
+            q = np.full((len(SUMMARY_PROBS), flat.shape[1]), np.nan)
         return pd.DataFrame({
             "mean": flat.mean(axis=0), "sd": sd, "mcse_mean": d["mcse_mean"],
             "mcse_sd": d["mcse_sd"], "ess_bulk": d["ess_bulk"], "ess_tail": d["ess_tail"],

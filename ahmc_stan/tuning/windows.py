@@ -132,6 +132,13 @@ def _nothing_to_correct(chol: np.ndarray, cov_x: np.ndarray, cutoff: float) -> b
     ev = np.linalg.eigvalsh(0.5 * (pencil + pencil.T))
     if not (ev[0] > bound ** -2 and ev[-1] < bound ** 2):
         return False
+    return _floor_lifts_none(cov_x, bound)
+
+
+def _floor_lifts_none(cov_x: np.ndarray, bound: float) -> bool:
+    """Whether no direction's draws' variance reaches ``AGREEMENT·bound``, so that the
+    floor of :data:`AGREEMENT` lifts no eigenvalue of S above ``bound``: Gershgorin's
+    discs bound ``cov_x``'s largest eigenvalue, else it is computed."""
     floor = AGREEMENT * bound
     if np.abs(cov_x).sum(axis=1).max() < floor:
         return True
@@ -143,11 +150,9 @@ def _keeps_none(lam: np.ndarray, cov_x: np.ndarray, cutoff: float) -> bool:
     """Whether :func:`low_rank_inv_metric` keeps no direction of S, proved from S's
     eigenvalues ``lam`` alone (no eigenvectors: about a third of the decomposition's
     time): all within ``cutoff`` either way, by :data:`SHORTCUT_MARGIN` for rounding,
-    and no direction whose draws' variance the floor of :data:`AGREEMENT` could lift
-    above ``cutoff`` (Gershgorin's bound on the largest eigenvalue of ``cov_x``)."""
+    and none the floor of :data:`AGREEMENT` could lift (:func:`_floor_lifts_none`)."""
     bound = cutoff * (1 - SHORTCUT_MARGIN)
-    return bool(lam[0] > 1 / bound and lam[-1] < bound
-                and np.abs(cov_x).sum(axis=1).max() < AGREEMENT * bound)
+    return bool(lam[0] > 1 / bound and lam[-1] < bound) and _floor_lifts_none(cov_x, bound)
 
 
 def low_rank_inv_metric(draws: np.ndarray, grads: np.ndarray, cutoff: float = 2.0,
