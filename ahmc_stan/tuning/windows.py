@@ -60,6 +60,12 @@ def regularized_inv_metric(draws: np.ndarray, dense: bool) -> np.ndarray:
 #: the gradients' estimate right.
 AGREEMENT = 10.0
 
+#: The weight of Stan's regularisation towards the identity in :func:`fisher_inv_metric`,
+#: Stan's own.  The gradients' estimate is exact for a Gaussian, where the identity's
+#: share matters on scales below about 0.02; leaving it out was measured no better
+#: (``comparisons/results/fisher_ridge_stop85.md``).
+FISHER_RIDGE = 1e-3
+
 
 def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     """The diagonal inverse metric that minimises the Fisher divergence between the
@@ -70,7 +76,7 @@ def fisher_inv_metric(draws: np.ndarray, grads: np.ndarray) -> np.ndarray:
     regularised as :func:`regularized_inv_metric`; a coordinate whose draws or gradients
     do not vary keeps the Stan estimate."""
     n = len(draws)
-    shrink, ridge = n / (n + 5.0), 1e-3 * 5.0 / (n + 5.0)
+    shrink, ridge = n / (n + 5.0), FISHER_RIDGE * 5.0 / (n + 5.0)
     sd_x = np.std(draws, axis=0, ddof=1)
     sd_g = np.std(grads, axis=0, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
